@@ -1,0 +1,246 @@
+"""Server lifecycle: start an arm's server, wait until ready, stop it, always.
+
+Each server runs in its own process group (session). Three layers make sure no
+server outlives abbench:
+
+1. :meth:`Server.stop` (SIGTERM to the group, SIGKILL after the grace period),
+   called from ``finally`` blocks and from the signal handlers of the runner;
+2. ``PR_SET_PDEATHSIG``: the kernel sends SIGKILL to the server's direct child
+   when abbench dies, even by SIGKILL;
+3. a reaper process per server (``python -m abbench.reaper PGID``) holding a pipe
+   from abbench: when the pipe closes without a ``done`` line (abbench died), it
+   kills the whole group, grandchildren included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+from abbench.config import ResolvedArm
+from abbench.errors import ConfigError, Interrupted, ServerError
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _set_pdeathsig() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except OSError:
+        pass
+
+
+def free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def tail(path: Path, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+@dataclass
+class Server:
+    """A started server: its process group, address, log file and timing."""
+
+    arm: ResolvedArm
+    round: int
+    port: int
+    log_path: Path
+    proc: subprocess.Popen[bytes]
+    reaper: subprocess.Popen[bytes] | None
+    started_at: float
+    ready_at: float | None = None
+    ready_noticed_lag: float | None = None
+    stopped: bool = False
+    _log_file: object = field(default=None, repr=False)
+
+    @property
+    def host(self) -> str:
+        return self.arm.host
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.arm.host}]" if ":" in self.arm.host else self.arm.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def where(self) -> str:
+        return f"arm {self.arm.name}, round {self.round}"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 20) -> str:
+        return tail(self.log_path, lines)
+
+    def wait_ready(self, should_stop: Callable[[], bool] = lambda: False) -> float:
+        """Poll the readiness path until 200; return seconds from start to ready."""
+        ready = self.arm.ready
+        url = self.base_url + (ready.path or "/health")
+        deadline = self.started_at + ready.timeout
+        session = requests.Session()
+        try:
+            while True:
+                if should_stop():
+                    raise Interrupted("interrupted while waiting for the server")
+                code = self.proc.poll()
+                if code is not None:
+                    raise ServerError(
+                        f"the server exited with code {code} before it was ready",
+                        where=self.where, log_tail=self.log_tail(),
+                        hint=f"full log: {self.log_path}; run the start command by hand to "
+                             "see why")
+                t_ask = time.perf_counter()
+                try:
+                    r = session.get(url, timeout=max(ready.interval * 20, 1.0))
+                    if r.status_code == 200:
+                        now = time.perf_counter()
+                        self.ready_at = now
+                        # The server answered somewhere in [t_ask, now]: the lag until we
+                        # noticed is at most the poll round-trip plus one interval.
+                        self.ready_noticed_lag = now - t_ask
+                        return now - self.started_at
+                except requests.RequestException:
+                    pass
+                if time.perf_counter() > deadline:
+                    raise ServerError(
+                        f"the server was not ready after {ready.timeout:g} s "
+                        f"(GET {ready.path} never answered 200)", where=self.where,
+                        log_tail=self.log_tail(),
+                        hint="raise ready.timeout for slow starts (vLLM/SGLang compile for "
+                             f"minutes), or check ready.path; log: {self.log_path}")
+                time.sleep(ready.interval)
+        finally:
+            session.close()
+
+    def stop(self) -> int | None:
+        """SIGTERM the process group, SIGKILL after the grace period. Idempotent."""
+        if self.stopped:
+            return self.proc.returncode
+        self.stopped = True
+        try:
+            pgid = self.proc.pid  # start_new_session: pgid == pid
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGCONT)  # a SIGSTOPped server must see TERM
+                os.killpg(pgid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=self.arm.stop_grace)
+            # Whatever is left of the group (children that ignored TERM) gets KILL.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        finally:
+            if self.reaper is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    assert self.reaper.stdin is not None
+                    self.reaper.stdin.write(b"done\n")
+                    self.reaper.stdin.close()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.reaper.wait(timeout=5)
+            if self._log_file is not None:
+                with contextlib.suppress(OSError):
+                    self._log_file.close()  # type: ignore[attr-defined]
+        return self.proc.returncode
+
+
+def start_server(arm: ResolvedArm, *, round_: int, log_path: Path, argv_for_port:
+                 Callable[[int], list[str]], env_extra: dict[str, str] | None = None) -> Server:
+    """Start ``arm``'s server for one round; the caller must ``stop()`` it."""
+    if arm.port == "auto":
+        port = free_port(arm.host)
+    else:
+        port = int(arm.port)
+        if port_in_use(arm.host, port):
+            raise ServerError(f"port {port} on {arm.host} is already in use by another process",
+                              where=f"arm {arm.name}, round {round_}",
+                              hint="stop that process, or set port: auto so abbench picks a "
+                                   "free port")
+    argv = argv_for_port(port)
+    env = dict(os.environ)
+    env.update(arm.env)
+    env.update(ABBENCH_PORT=str(port), ABBENCH_HOST=arm.host, ABBENCH_ARM=arm.name,
+               ABBENCH_ROUND=str(round_))
+    if env_extra:
+        env.update(env_extra)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_file = open(log_path, "ab")  # noqa: SIM115 - closed by Server.stop
+    log_file.write(f"# abbench: {' '.join(argv)}\n".encode())
+    log_file.flush()
+    try:
+        proc = subprocess.Popen(
+            argv, cwd=arm.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_set_pdeathsig,
+        )
+    except FileNotFoundError:
+        log_file.close()
+        raise ConfigError(f"program {argv[0]!r} not found", where=f"arm {arm.name}: start[0]",
+                          hint="install it or give its full path") from None
+    except PermissionError:
+        log_file.close()
+        raise ConfigError(f"program {argv[0]!r} is not executable",
+                          where=f"arm {arm.name}: start[0]",
+                          hint=f"chmod +x {argv[0]}, or fix the path") from None
+    except OSError as e:
+        log_file.close()
+        raise ServerError(f"could not start {argv[0]!r}: {e}", where=f"arm {arm.name}, "
+                          f"round {round_}") from None
+    started = time.perf_counter()
+    reaper = _start_reaper(proc.pid)
+    return Server(arm=arm, round=round_, port=port, log_path=log_path, proc=proc, reaper=reaper,
+                  started_at=started, _log_file=log_file)
+
+
+def _start_reaper(pgid: int) -> subprocess.Popen[bytes] | None:
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "abbench.reaper", str(pgid)], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def running(server: Server) -> Iterator[Server]:
+    try:
+        yield server
+    finally:
+        server.stop()

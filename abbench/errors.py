@@ -1,0 +1,64 @@
+"""One error hierarchy. Nothing below the CLI prints or exits; the CLI maps these
+to ``Error: ...`` on stderr and an exit code.
+
+Every error carries *what* went wrong, *where* (file, field, arm, round) and a
+*hint* of what to do next.
+"""
+
+from __future__ import annotations
+
+
+class AbbenchError(Exception):
+    """Base of all abbench errors. ``exit_code`` is what the CLI exits with."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, where: str | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.where = where
+        self.hint = hint
+
+    def __str__(self) -> str:
+        parts = [f"{self.where}: {self.message}" if self.where else self.message]
+        if self.hint:
+            parts.append(f"hint: {self.hint}")
+        return "\n".join(parts)
+
+
+class ConfigError(AbbenchError):
+    """Bad input: an arms file, a CLI option, a run id. Exit code 2."""
+
+    exit_code = 2
+
+
+class StoreError(AbbenchError):
+    """The results directory cannot be written or a stored run cannot be read."""
+
+    exit_code = 2
+
+
+class ServerError(AbbenchError):
+    """A server exited, never became ready, or could not be started."""
+
+    def __init__(self, message: str, *, where: str | None = None, hint: str | None = None,
+                 log_tail: str = ""):
+        super().__init__(message, where=where, hint=hint)
+        self.log_tail = log_tail
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.log_tail:
+            tail = "\n".join("    " + line for line in self.log_tail.rstrip().splitlines())
+            text += f"\n  last lines of the server log:\n{tail}"
+        return text
+
+
+class RequestError(AbbenchError):
+    """One request failed: HTTP error, broken stream, timeout, wrong token count."""
+
+
+class Interrupted(AbbenchError):
+    """The run was stopped by SIGINT/SIGTERM; what was measured is kept."""
+
+    exit_code = 130

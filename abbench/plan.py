@@ -1,0 +1,52 @@
+"""What a run would do, in words: printed by ``abbench validate``."""
+
+from __future__ import annotations
+
+from abbench.config import Config, check_arm, format_context
+from abbench.runner import plan
+from abbench.schedule import position_counts
+
+
+def describe_plan(cfg: Config, *, rounds: int | None = None, seed: int | None = None) -> str:
+    schedule, seed = plan(cfg, rounds=rounds, seed=seed)
+    n_rounds = rounds or cfg.rounds
+    lines = [f"{cfg.source}: OK"]
+    warnings: list[str] = []
+    lines.append("arms:")
+    for arm in cfg.resolved_arms():
+        warnings += check_arm(cfg, arm, strict_exec=False)
+        base = " (baseline)" if arm.name == cfg.baseline_name else ""
+        lines.append(f"  {arm.name}{base}: label {arm.label!r}, preset {arm.preset}, "
+                     f"port {arm.port}, ready {arm.ready.path} within {arm.ready.timeout:g} s")
+        lines.append(f"    start: {' '.join(arm.argv)}")
+    seed_s = f", seed {seed}" if cfg.order == "interleaved" else ""
+    lines.append(f"rounds: {n_rounds} x {cfg.reps} rep(s), order {cfg.order}{seed_s}, "
+                 f"{cfg.warmup} warm-up request(s) after each start")
+    lines.append("order:")
+    by_round: dict[int, list[str]] = {}
+    for s in schedule:
+        by_round.setdefault(s.round, []).append(s.arm)
+    if cfg.order == "sequential":
+        lines.append("  " + " ".join(s.arm for s in schedule))
+    else:
+        for r, arms in by_round.items():
+            lines.append(f"  round {r}: {' '.join(arms)}")
+    counts = position_counts(schedule, cfg.arm_names)
+    lines.append("positions (times first, second, ...): " + "; ".join(
+        f"{a} {c}" for a, c in counts.items()))
+    lines.append("workloads:")
+    per_life = 0
+    for w in cfg.workloads:
+        ctx = ", ".join(format_context(c) for c in w.contexts)
+        side = ""
+        if w.side_calls:
+            sc = w.side_calls
+            side = (f", side calls: {sc.count} x ({sc.prompt_tokens} prompt + {sc.max_tokens} "
+                    f"decode tokens, {sc.concurrency} at a time)")
+        lines.append(f"  {w.title}: contexts {ctx}, {w.decode_tokens} decode tokens{side}")
+        per_life += len(w.contexts) * cfg.reps * (1 + (w.side_calls.count if w.side_calls else 0))
+    total = per_life + cfg.warmup
+    lines.append(f"requests: {total} per server life ({cfg.warmup} warm-up), "
+                 f"{total * len(schedule)} in all over {len(schedule)} server lives")
+    lines += [f"warning: {w}" for w in warnings]
+    return "\n".join(lines)

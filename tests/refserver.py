@@ -1,0 +1,192 @@
+"""A reference inference server with exactly known behaviour, for fast tests.
+
+Speaks the llama.cpp dialect abbench uses: GET /health, POST /tokenize,
+POST /v1/completions (SSE), GET /props, GET /metrics. Tokens are words (one id
+per whitespace-separated word; id lists are taken as they are).
+
+Behaviour is set by flags:
+  --rate R          decode tokens per second (0: as fast as possible)
+  --drift D         the rate grows by the factor (1 + D) per request served
+  --ttft S          seconds before the first token
+  --startup S       seconds of 503 from /health before ready
+  --fault KIND      http500 | broken | short | hang | exit-on-start | never-ready,
+                    applied to every --fault-every'th completion (or at start-up)
+  --vram-mib / --text  values reported in responses and /props
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def word_id(word: str) -> int:
+    return zlib.crc32(word.encode()) % 50000 + 10
+
+
+class State:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.started = time.monotonic()
+        self.served = 0
+        self.lock = threading.Lock()
+        self.prompt_tokens_total = 0
+        self.predicted_total = 0
+
+    def ready(self) -> bool:
+        if self.args.fault == "never-ready":
+            return False
+        return time.monotonic() - self.started >= self.args.startup
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # each token leaves when it is written
+    state: State
+
+    def log_message(self, fmt: str, *a: object) -> None:  # quiet
+        pass
+
+    def _json(self, code: int, obj: object) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _body(self) -> dict:
+        n = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(n) or b"{}")
+
+    def do_GET(self) -> None:
+        st = self.state
+        if self.path == "/health":
+            if st.ready():
+                self._json(200, {"status": "ok"})
+            else:
+                self._json(503, {"error": {"message": "Loading model"}})
+        elif self.path == "/props":
+            self._json(200, {"build_info": "refserver", "rate": st.args.rate,
+                             "model_path": "reference"})
+        elif self.path == "/metrics":
+            text = (
+                "# TYPE llamacpp:prompt_tokens_total counter\n"
+                f"llamacpp:prompt_tokens_total {st.prompt_tokens_total}\n"
+                "# TYPE llamacpp:tokens_predicted_total counter\n"
+                f"llamacpp:tokens_predicted_total {st.predicted_total}\n"
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+        else:
+            self._json(404, {"error": "not found"})
+
+    def do_POST(self) -> None:
+        st = self.state
+        body = self._body()
+        if self.path == "/tokenize":
+            words = str(body.get("content", "")).split()
+            ids = [word_id(w) for w in words]
+            if body.get("add_special"):
+                ids = [1, *ids]
+            self._json(200, {"tokens": ids})
+            return
+        if self.path != "/v1/completions":
+            self._json(404, {"error": "not found"})
+            return
+        with st.lock:
+            st.served += 1
+            k = st.served
+        a = st.args
+        faulty = a.fault and a.fault_every and k % a.fault_every == 0
+        if faulty and a.fault == "http500":
+            self._json(500, {"error": {"message": "reference fault"}})
+            return
+        prompt = body.get("prompt")
+        n_prompt = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        n = int(body.get("n_predict") or body.get("max_tokens") or 16)
+        if faulty and a.fault == "short":
+            n = max(2, n - 3)
+        rate = a.rate * (1 + a.drift) ** (k - 1) if a.rate else 0.0
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def send(obj: object) -> None:
+            data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) \
+                + b"\n\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        t0 = time.perf_counter()
+        if a.ttft:
+            time.sleep(a.ttft)
+        t_first = time.perf_counter()
+        t_last = t_first
+        for i in range(n):
+            if rate:
+                target = t_first + i / rate
+                delay = target - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+            if faulty and a.fault == "broken" and i == n // 2:
+                self.wfile.write(b"5\r\ndata:\r\n")  # a torn chunk, then the connection drops
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            if faulty and a.fault == "hang" and i == n // 2:
+                time.sleep(3600)
+            t_last = time.perf_counter()
+            send({"choices": [{"text": f" w{i}", "index": 0, "finish_reason": None}]})
+        with st.lock:
+            st.prompt_tokens_total += n_prompt
+            st.predicted_total += n
+        gen_ms = (t_last - t_first) * 1e3
+        timings = {"prompt_n": n_prompt, "prompt_ms": (t_first - t0) * 1e3, "cache_n": 0,
+                   "predicted_n": n, "predicted_ms": gen_ms,
+                   "predicted_per_second": (n - 1) / (gen_ms / 1e3) if gen_ms > 0 else None}
+        send({"choices": [{"text": "", "index": 0, "finish_reason": "length"}],
+              "timings": timings})
+        send({"choices": [], "usage": {"prompt_tokens": n_prompt, "completion_tokens": n,
+                                       "total_tokens": n_prompt + n}})
+        send(b"[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--rate", type=float, default=200.0)
+    p.add_argument("--drift", type=float, default=0.0)
+    p.add_argument("--ttft", type=float, default=0.0)
+    p.add_argument("--startup", type=float, default=0.0)
+    p.add_argument("--fault", default="")
+    p.add_argument("--fault-every", type=int, default=1)
+    args = p.parse_args(argv)
+    if args.fault == "exit-on-start":
+        print("refserver: failing at start-up as asked", flush=True)
+        return 3
+    Handler.state = State(args)
+    srv = ThreadingHTTPServer((args.host, args.port), Handler)
+    srv.daemon_threads = True
+    print(f"refserver: listening on {args.host}:{args.port} (pid {os.getpid()})", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        srv.serve_forever(poll_interval=0.05)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
