@@ -1,0 +1,63 @@
+"""Shared fixtures: the reference server, the real llama-server, arms files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REFSERVER = ROOT / "tests" / "refserver.py"
+
+
+def refserver_start(*flags: str) -> list[str]:
+    """A start argv for the reference server (tests/refserver.py) with ``flags``."""
+    return [sys.executable, str(REFSERVER), "--port", "{port}", *flags]
+
+
+@pytest.fixture(scope="session")
+def real_parts() -> dict[str, str]:
+    """Paths of the real llama-server and SmolLM2 GGUF, built/fetched (and cached)
+    by scripts/realparts.sh when the environment does not name them."""
+    server, model = os.environ.get("LLAMA_SERVER"), os.environ.get("SMOLLM2_GGUF")
+    if not (server and model and Path(server).exists() and Path(model).exists()):
+        out = subprocess.run(["bash", str(ROOT / "scripts" / "realparts.sh")], check=True,
+                             capture_output=True, text=True).stdout
+        found = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        server, model = found["LLAMA_SERVER"], found["SMOLLM2_GGUF"]
+    return {"server": server, "model": model}
+
+
+def llama_start(parts: dict[str, str], *extra: str, ctx: int = 2048) -> list[str]:
+    """A start argv for the real llama-server on one thread (see README: -t 1)."""
+    return [parts["server"], "-m", parts["model"], "--host", "{host}", "--port", "{port}",
+            "-t", "1", "-c", str(ctx), "-np", "1", "--no-warmup", *extra]
+
+
+def write_arms(path: Path, body: str) -> Path:
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    return tmp_path / "results"
+
+
+def no_process_left(pattern: str) -> bool:
+    """True when no process whose command line contains ``pattern`` is running."""
+    import psutil
+
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if pattern in " ".join(p.info["cmdline"] or []):
+                return False
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return True
