@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from abbench.errors import ConfigError
+from abbench.stats import StatsConfig
 
 SCHEMA_VERSION = 1
 
@@ -171,6 +172,8 @@ class Config(_Frozen):
     results: str = "results"
     vars: dict[str, str] = Field(default_factory=dict)
     # -- statistics (verdicts, noise band, until-ci): fields below this line
+    stats: StatsConfig = Field(default_factory=StatsConfig, description="verdicts: alpha, "
+                               "noise_band(s); rounds until confident: until_ci, max_rounds")
 
     # -- collectors (VRAM, RSS, counters, drift signals): fields below this line
 

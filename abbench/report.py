@@ -82,7 +82,10 @@ def _round_values(records: list[dict[str, Any]]) -> RoundValues:
 
 def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
                 baseline: str | None = None, metrics: list[str] | None = None,
-                noise_band: float = 0.01, alpha: float = 0.05) -> Table:
+                settings: stats.StatsConfig | None = None) -> Table:
+    """``settings``: how verdicts are decided; default the run's stored ``stats``."""
+    if settings is None:
+        settings = stats.StatsConfig.model_validate(meta.get("stats") or {})
     arms = [a["name"] for a in meta["arms"]]
     labels = {a["name"]: a.get("label") or a["name"] for a in meta["arms"]}
     base = baseline or meta.get("baseline") or arms[0]
@@ -103,7 +106,7 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
         cells = {arm: Cell(arm, sorted(by_arm[arm]), [by_arm[arm][r] for r in sorted(by_arm[arm])])
                  for arm in arms if arm in by_arm}
         rows.append(Row(workload, metric, sp, cells))
-    stats.compare_rows(rows, base, noise_band=noise_band, alpha=alpha)
+    stats.compare_rows(rows, base, settings=settings)
 
     invalid: dict[str, int] = defaultdict(int)
     for rec in records:
@@ -113,6 +116,7 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
     table = Table(run_id=meta["id"], arms=arms, labels=labels, baseline=base, rows=rows,
                   header=_header(meta), failed_slots=failed, invalid=dict(invalid))
     table.footer = _footer(records, meta)
+    table.notes = stats.run_notes(meta)
     return table
 
 
@@ -198,7 +202,7 @@ def render_markdown(table: Table) -> str:
         cells = [render_cell(row, a) for a in table.arms]
         lines.append(f"| {md_escape(row.label)} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.extend(stats.legend_lines())
+    lines.extend(stats.legend_lines(table))
     if table.invalid:
         parts = ", ".join(f"{md_escape(table.labels[a])}: {n}" for a, n in table.invalid.items())
         lines.append(f"Invalid samples (wrong token count or failed; left out): {parts}.")
@@ -232,7 +236,8 @@ def render_json(table: Table) -> str:
                         "rounds": c.rounds,
                         "values": c.values,
                         "mean": c.mean,
-                        **({"comparison": asdict(c.comparison)} if c.comparison else {}),
+                        **({"verdict": c.comparison.verdict,
+                            "comparison": asdict(c.comparison)} if c.comparison else {}),
                     }
                     for a, c in r.cells.items()
                 },

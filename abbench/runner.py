@@ -168,7 +168,7 @@ class Campaign:
         with _signals_raise_interrupted(self.stop_event):
             try:
                 self.progress.start(len(schedule))
-                for slot in schedule:
+                for slot in self.slots(schedule, seed):
                     self.run_slot(slot)
                 self.progress.finish()
             except Interrupted:
@@ -186,6 +186,13 @@ class Campaign:
                               hint=f"resume with: abbench run --resume {run.id} "
                                    f"--results {self.opts.results}")
         return RunOutcome(run=run, report_md=report, status=status, failed_slots=self.failed)
+
+    def slots(self, schedule: list[Slot], seed: int) -> Iterator[Slot]:
+        """The planned slots, then the balanced blocks ``--until-ci`` adds."""
+        from abbench.sequential import planned_and_more
+
+        assert self.run is not None
+        yield from planned_and_more(self.cfg, self.run, schedule, seed, self.progress)
 
     def write_report(self, meta: dict[str, Any]) -> str:
         assert self.run is not None

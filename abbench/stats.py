@@ -1,69 +1,517 @@
-"""Comparisons of an arm against the baseline, paired by round.
+"""Verdicts that can be trusted: an arm against the baseline, paired by round.
 
-Pure functions: arrays in, result objects out; rendering helpers are separate.
-(First version: delta of the means and a range-overlap check. The verdicts
-issue replaces this with paired intervals and three-state verdicts.)
+Pure functions: arrays in, result objects out; rendering is separate (the
+``render_*``, ``legend_lines`` and ``details_lines`` helpers at the end).
+
+For each round both arms ran, d = ln(arm / baseline) (reps already averaged
+within the round). The change is exp(mean d) - 1 with a t interval; the
+Wilcoxon signed-rank test with its Hodges–Lehmann estimate and exact interval is
+the distribution-free cross-check, and replaces the t-test when d has outliers.
+Verdicts (criterion.rs, Pinpoint):
+
+- ``changed``: p (Holm-adjusted across the table) < alpha AND the whole
+  interval lies outside the noise band;
+- ``within_noise``: the whole interval lies inside the band;
+- ``inconclusive``: neither (more rounds needed);
+- ``too_few_rounds``: with n rounds no distribution-free test can reach alpha
+  (the exact signed-rank test's smallest two-sided p is 2/2^n, as asv checks).
 """
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from scipy import stats as sps
 
 if TYPE_CHECKING:
+    from abbench.metrics import MetricSpec
     from abbench.report import Row, Table
+
+Verdict = Literal["changed", "within_noise", "inconclusive", "too_few_rounds"]
+VERDICTS: tuple[Verdict, ...] = ("changed", "within_noise", "inconclusive", "too_few_rounds")
+
+#: modified z-score above which a value is flagged as an outlier (Iglewicz–Hoaglin)
+OUTLIER_Z = 3.5
+#: coefficient of variation within an arm above which the report warns (pyperf)
+CV_WARN = 0.10
+
+# ------------------------------------------------------------------ settings
+
+_PCT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*%\s*$")
+
+
+def parse_fraction(value: Any) -> Any:
+    """``"1%"`` -> 0.01; a plain number is a fraction (0.01); others pass through."""
+    if isinstance(value, str):
+        m = _PCT_RE.match(value)
+        if m:
+            return float(m.group(1)) / 100
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a percentage: write e.g. 1% or 0.01") from None
+    return value
+
+
+def fraction_option(text: str, name: str) -> float:
+    """A command-line percentage (``2%`` or ``0.02``) as a fraction in (0, 1)."""
+    from abbench.errors import ConfigError
+
+    try:
+        v = float(parse_fraction(text))
+    except ValueError as e:
+        raise ConfigError(str(e), where=name, hint="write e.g. 2% or 0.02") from None
+    if not 0 < v < 1:
+        raise ConfigError(f"{text!r} is not between 0% and 100%", where=name,
+                          hint="write e.g. 2% or 0.02")
+    return v
+
+
+Fraction = Annotated[float, BeforeValidator(parse_fraction), Field(gt=0, lt=1)]
+
+
+class StatsConfig(BaseModel):
+    """``stats:`` in arms.yaml: how verdicts are decided and when to stop adding rounds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    alpha: float = Field(0.05, gt=0, lt=0.5, description="significance level of each verdict "
+                         "(Holm-corrected across the table's comparisons)")
+    noise_band: Fraction = Field(0.01, description="changes inside ±band are noise (1% = 0.01)")
+    noise_bands: dict[str, Fraction] = Field(default_factory=dict,
+                                             description="per-metric bands, e.g. {ttft_ms: 3%}")
+    until_ci: Fraction | None = Field(None, description="add rounds until every watched "
+                                      "interval's half-width is at most this (e.g. 1%)")
+    max_rounds: int | None = Field(None, ge=2, le=10000, description="cap on rounds with "
+                                   "until_ci (default: 4 x rounds)")
+    until_metrics: list[str] | None = Field(None, description="metrics until_ci watches "
+                                            "(default: every table metric)")
+
+    def band(self, metric: str) -> float:
+        return self.noise_bands.get(metric, self.noise_band)
+
+
+# ------------------------------------------------------------------ pure statistics
+
+
+def log_ratios(base: Mapping[int, float], arm: Mapping[int, float]) -> tuple[list[int], np.ndarray]:
+    """Rounds both arms have, and d = ln(arm / base) for each."""
+    rounds = sorted(set(base) & set(arm))
+    return rounds, np.log(np.array([arm[r] for r in rounds], dtype=float)
+                          / np.array([base[r] for r in rounds], dtype=float))
+
+
+@dataclass(frozen=True)
+class TResult:
+    mean: float
+    sd: float
+    lo: float
+    hi: float
+    p: float
+
+
+def t_interval(d: Sequence[float] | np.ndarray, alpha: float = 0.05) -> TResult:
+    """One-sample t on the log-ratios (= paired t on the logs): mean, sd, interval, p."""
+    x = np.asarray(d, dtype=float)
+    n = x.size
+    mean = float(x.mean())
+    sd = float(x.std(ddof=1)) if n > 1 else math.nan
+    if n < 2:
+        return TResult(mean, sd, -math.inf, math.inf, 1.0)
+    if sd == 0.0:
+        return TResult(mean, 0.0, mean, mean, 1.0 if mean == 0 else 0.0)
+    half = float(sps.t.ppf(1 - alpha / 2, n - 1)) * sd / math.sqrt(n)
+    p = float(sps.ttest_1samp(x, 0.0).pvalue)
+    return TResult(mean, sd, mean - half, mean + half, p)
+
+
+def signed_rank_null(n: int) -> np.ndarray:
+    """P(T+ = k), k = 0 .. n(n+1)/2, for the exact signed-rank statistic without ties."""
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1.0
+    for r in range(1, n + 1):
+        shifted = np.zeros_like(counts)
+        shifted[r:] = counts[:-r]
+        counts = counts + shifted
+    return counts / 2.0**n
+
+
+def smallest_p(n: int) -> float:
+    """The smallest two-sided p the exact signed-rank test can give with n pairs."""
+    return 1.0 if n < 1 else min(1.0, 2.0 ** (1 - n))
+
+
+@dataclass(frozen=True)
+class WilcoxonResult:
+    hl: float
+    lo: float
+    hi: float
+    p: float
+
+
+def wilcoxon_hl(d: Sequence[float] | np.ndarray, alpha: float = 0.05) -> WilcoxonResult:
+    """Wilcoxon signed-rank p (scipy) with the Hodges–Lehmann estimate and its exact
+    distribution-free interval from the Walsh averages (infinite when n is too small)."""
+    x = np.asarray(d, dtype=float)
+    n = x.size
+    i, j = np.triu_indices(n)
+    walsh = np.sort((x[i] + x[j]) / 2)
+    hl = float(np.median(walsh))
+    if n < 1 or np.all(x == 0):
+        return WilcoxonResult(hl, -math.inf, math.inf, 1.0)
+    cdf = np.cumsum(signed_rank_null(n))
+    # c = the largest k with P(T+ <= k) <= alpha/2; interval [W(c+1), W(M-c)] (1-based)
+    ok = np.nonzero(cdf <= alpha / 2 + 1e-12)[0]
+    if ok.size == 0:
+        lo, hi = -math.inf, math.inf
+    else:
+        c = int(ok[-1])
+        lo, hi = float(walsh[c]), float(walsh[walsh.size - 1 - c])
+    method = "exact" if n <= 50 and not np.any(x == 0) else "auto"
+    p = float(sps.wilcoxon(x, method=method).pvalue) if n >= 2 else 1.0
+    return WilcoxonResult(hl, lo, hi, p)
+
+
+def modified_z(x: Sequence[float] | np.ndarray) -> np.ndarray:
+    """0.6745 (x - median) / MAD; zeros when the MAD is zero."""
+    a = np.asarray(x, dtype=float)
+    if a.size == 0:
+        return a
+    med = np.median(a)
+    mad = np.median(np.abs(a - med))
+    if mad == 0:
+        return np.zeros_like(a)
+    return 0.6745 * (a - med) / mad
+
+
+def outlier_rounds(rounds: Sequence[int], values: Sequence[float]) -> list[int]:
+    """Rounds whose value's modified z-score passes :data:`OUTLIER_Z` (flagged, kept)."""
+    if len(values) < 3:
+        return []
+    z = modified_z(values)
+    return [r for r, zi in zip(rounds, z, strict=True) if abs(zi) > OUTLIER_Z]
+
+
+def cv(values: Sequence[float]) -> float:
+    a = np.asarray(values, dtype=float)
+    if a.size < 2 or a.mean() == 0:
+        return 0.0
+    return float(a.std(ddof=1) / abs(a.mean()))
+
+
+def drift(rounds: Sequence[int], values: Sequence[float]) -> float | None:
+    """Change across the run of a least-squares line of ln(value) against the round
+    index, as a fraction (exp(slope x span) - 1); None below 3 rounds."""
+    if len(values) < 3 or min(values) <= 0 or len(set(rounds)) < 2:
+        return None
+    fit = sps.linregress(np.asarray(rounds, float), np.log(np.asarray(values, float)))
+    return math.expm1(float(fit.slope) * (max(rounds) - min(rounds)))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm step-down adjusted p-values, in the input order."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda k: pvalues[k])
+    out = [0.0] * m
+    running = 0.0
+    for rank, k in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[k]))
+        out[k] = running
+    return out
+
+
+def rounds_needed(sigma: float, delta: float, *, alpha: float = 0.05, power: float = 0.8,
+                  max_n: int = 100000) -> int | None:
+    """Smallest n with (t_{1-alpha/2,n-1} + t_{power,n-1}) sigma / sqrt(n) <= delta: the
+    t-corrected form of n = ((z_{1-alpha/2} + z_power) sigma / delta)^2 (2.8 at 5%/80%)."""
+    if delta <= 0:
+        return None
+    if sigma <= 0:
+        return 2
+    n = 2
+    while n <= max_n:
+        k = sps.t.ppf(1 - alpha / 2, n - 1) + sps.t.ppf(power, n - 1)
+        if k * sigma / math.sqrt(n) <= delta:
+            return n
+        n += 1
+    return None
+
+
+# ------------------------------------------------------------------ comparison
 
 
 @dataclass(frozen=True)
 class Comparison:
+    """An arm against the baseline over the rounds both ran. Changes are fractions
+    (0.028 = +2.8%); ``lo``/``hi`` are the interval of the test that gave ``p``."""
+
     n: int
-    delta_pct: float
-    overlap: bool
+    verdict: Verdict
+    change: float | None
+    lo: float | None
+    hi: float | None
+    #: half-width of the t interval on the log scale (what --until-ci compares)
+    half_width: float | None
+    p: float | None
+    p_raw: float | None
+    test: str
+    alpha: float
+    noise_band: float
+    #: "better" / "worse" by the metric's direction when changed, else None
+    better: bool | None
+    sd_log: float | None
+    t_p: float | None
+    t_lo: float | None
+    t_hi: float | None
+    wilcoxon_p: float | None
+    hl: float | None
+    hl_lo: float | None
+    hl_hi: float | None
+    smallest_p: float
+    comparisons: int
+    outliers: dict[str, list[int]]
+    cv: dict[str, float]
+    drift: dict[str, float | None]
+    warnings: tuple[str, ...]
+
+    @property
+    def mark(self) -> str:
+        return {"changed": "▲" if self.better else "▼", "within_noise": "≈",
+                "inconclusive": "?", "too_few_rounds": ""}[self.verdict]
 
 
-def compare(base: dict[int, float], arm: dict[int, float]) -> Comparison | None:
-    if not base or not arm:
+def _frac(x: float) -> float:
+    return math.expm1(x) if math.isfinite(x) else x
+
+
+def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: str = "higher",
+            alpha: float = 0.05, noise_band: float = 0.01, base_name: str = "baseline",
+            arm_name: str = "arm") -> Comparison | None:
+    """The paired comparison of one cell (before Holm; :func:`compare_rows` adjusts)."""
+    rounds, d = log_ratios(base, arm) if base and arm else ([], np.array([]))
+    warnings: list[str] = []
+    outl: dict[str, list[int]] = {}
+    cvs: dict[str, float] = {}
+    drifts: dict[str, float | None] = {}
+    for name, vals in ((base_name, base), (arm_name, arm)):
+        rs = sorted(vals)
+        v = [vals[r] for r in rs]
+        outl[name] = outlier_rounds(rs, v)
+        cvs[name] = cv(v)
+        drifts[name] = drift(rs, v)
+        if cvs[name] > CV_WARN:
+            warnings.append(f"{name}: CV {cvs[name] * 100:.1f}% > {CV_WARN * 100:.0f}%")
+    n = len(rounds)
+    if n == 0:
         return None
-    b, a = list(base.values()), list(arm.values())
-    delta = (statistics.fmean(a) / statistics.fmean(b) - 1) * 100
-    overlap = min(a) <= max(b) and min(b) <= max(a)
-    paired = len(set(base) & set(arm))
-    return Comparison(n=paired, delta_pct=delta, overlap=overlap)
+    if not np.all(np.isfinite(d)):
+        return Comparison(n, "inconclusive", None, None, None, None, None, None,
+                          "none (values <= 0: no log-ratio)", alpha, noise_band, None, None,
+                          None, None, None, None, None, None, None, smallest_p(n), 1, outl, cvs,
+                          drifts, (*warnings, "values <= 0: the log-ratio is undefined"))
+    outl["d"] = outlier_rounds(rounds, list(d))
+    t = t_interval(d, alpha)
+    w = wilcoxon_hl(d, alpha)
+    if outl["d"] and n >= 6:
+        test, est, lo, hi, p = "Wilcoxon signed-rank (outliers in d)", w.hl, w.lo, w.hi, w.p
+    else:
+        test, est, lo, hi, p = "paired t on log-ratios", t.mean, t.lo, t.hi, t.p
+    min_p = smallest_p(n)
+    band = math.log1p(noise_band)
+    if n < 2 or min_p >= alpha:
+        verdict: Verdict = "too_few_rounds"
+    elif lo > band or hi < -band:
+        verdict = "changed" if p < alpha else "inconclusive"
+    elif lo >= -band and hi <= band:
+        verdict = "within_noise"
+    else:
+        verdict = "inconclusive"
+    if (t.p < alpha) != (w.p < alpha) and n >= 6:
+        warnings.append(f"t-test p {t.p:.3g} and Wilcoxon p {w.p:.3g} disagree at alpha "
+                        f"{alpha:g}")
+    change = _frac(est)
+    for name, dr in drifts.items():
+        if dr is not None and abs(dr) > max(abs(change), noise_band):
+            warnings.append(f"{name} drifted {dr * 100:+.1f}% across the run, more than the "
+                            f"effect ({change * 100:+.1f}%)")
+    half = (t.hi - t.lo) / 2 if math.isfinite(t.hi) else math.inf
+    better = None
+    if verdict == "changed":
+        better = (est > 0) == (direction == "higher")
+    return Comparison(
+        n=n, verdict=verdict, change=change, lo=_frac(lo), hi=_frac(hi), half_width=half,
+        p=p, p_raw=p, test=test, alpha=alpha, noise_band=noise_band, better=better,
+        sd_log=t.sd if math.isfinite(t.sd) else None, t_p=t.p, t_lo=_frac(t.lo),
+        t_hi=_frac(t.hi), wilcoxon_p=w.p, hl=_frac(w.hl), hl_lo=_frac(w.lo), hl_hi=_frac(w.hi),
+        smallest_p=min_p, comparisons=1, outliers=outl, cv=cvs, drift=drifts,
+        warnings=tuple(warnings))
 
 
-def compare_rows(rows: list[Row], baseline: str, *, noise_band: float, alpha: float) -> None:
+def apply_holm(comps: Sequence[Comparison]) -> list[Comparison]:
+    """Holm-adjust the p of every comparison that can reach a verdict, and re-decide
+    ``changed`` with the adjusted p."""
+    idx = [k for k, c in enumerate(comps) if c.p_raw is not None
+           and c.verdict != "too_few_rounds"]
+    out = list(comps)
+    adj = holm([comps[k].p_raw for k in idx])  # type: ignore[misc]
+    for k, pa in zip(idx, adj, strict=True):
+        c = comps[k]
+        verdict = c.verdict
+        if verdict == "changed" and pa >= c.alpha:
+            verdict = "inconclusive"
+        out[k] = replace(c, p=pa, verdict=verdict, comparisons=len(idx),
+                         better=c.better if verdict == "changed" else None)
+    return out
+
+
+def compare_rows(rows: list[Row], baseline: str, *, settings: StatsConfig | None = None,
+                 noise_band: float | None = None, alpha: float | None = None) -> None:
+    """Compare every non-baseline cell of ``rows`` with the baseline, Holm across all."""
+    s = settings or StatsConfig()
+    if noise_band is not None or alpha is not None:
+        s = s.model_copy(update={k: v for k, v in (("noise_band", noise_band),
+                                                   ("alpha", alpha)) if v is not None})
+    cells = []
+    comps = []
     for row in rows:
         base = row.cells.get(baseline)
         if base is None:
             continue
         b = dict(zip(base.rounds, base.values, strict=True))
         for arm, cell in row.cells.items():
-            if arm != baseline:
-                cell.comparison = compare(b, dict(zip(cell.rounds, cell.values, strict=True)))
+            if arm == baseline:
+                continue
+            c = compare(b, dict(zip(cell.rounds, cell.values, strict=True)),
+                        direction=row.spec.direction, alpha=s.alpha,
+                        noise_band=s.band(row.metric), base_name=baseline, arm_name=arm)
+            cell.comparison = c
+            if c is not None:
+                cells.append(cell)
+                comps.append(c)
+    for cell, c in zip(cells, apply_holm(comps), strict=True):
+        cell.comparison = c
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def _pct(x: float, digits: int = 1) -> str:
+    if not math.isfinite(x):
+        return "∞" if x > 0 else "-∞"
+    return f"{x * 100:+.{digits}f}"
 
 
 def render_comparison(c: Comparison) -> str:
-    mark = " ≈" if c.overlap else ""
-    return f"({c.delta_pct:+.1f}%){mark}"
+    """``(+2.8% [+2.1, +3.5]) ▲``; too few rounds say so instead of a verdict."""
+    if c.change is None:
+        return "(no log-ratio: values <= 0)"
+    if c.lo is None or c.hi is None or not math.isfinite(c.lo):
+        inner = f"{_pct(c.change)}%"
+    else:
+        inner = f"{_pct(c.change)}% [{_pct(c.lo)}, {_pct(c.hi)}]"
+    if c.verdict == "too_few_rounds":
+        return f"({inner}) n={c.n}: too few rounds"
+    return f"({inner}) {c.mark}"
 
 
-def legend_lines() -> list[str]:
-    return ["Cells: per-round values (a / b) or their range (min-max); (±x%) is the change of "
-            "the mean against the baseline; ≈ marks ranges that overlap (inside the noise)."]
+def legend_lines(table: Table | None = None) -> list[str]:
+    comps = [c.comparison for r in (table.rows if table else []) for c in r.cells.values()
+             if c.comparison is not None]
+    m = max((c.comparisons for c in comps), default=0)
+    alpha = comps[0].alpha if comps else 0.05
+    bands = sorted({c.noise_band for c in comps}) or [0.01]
+    band_s = "/".join(f"±{b * 100:g}%" for b in bands)
+    return [
+        "Cells: per-round values (a / b) or their range (min-max); (±x% [lo, hi]) is the "
+        "change against the baseline, exp(mean of ln(arm/baseline) per round) - 1, with its "
+        "95% interval.",
+        f"▲ better / ▼ worse (by the metric's direction): changed, p < {alpha:g} after Holm's "
+        f"correction over {m} comparison(s) and the whole interval outside the noise band "
+        f"({band_s}); ≈ within noise (interval inside the band); ? inconclusive (more rounds "
+        "needed); 'too few rounds': no distribution-free test can reach p < alpha with so "
+        "few rounds (2/2^n >= alpha).",
+    ]
+
+
+def _f(x: float | None, fmt: str = ".3g") -> str:
+    return "–" if x is None else format(x, fmt)
 
 
 def details_lines(table: Table) -> list[str]:
-    del table
-    return []
+    """Per row and arm: n, p, test, cross-check, outliers, CV, drift and warnings."""
+    lines = ["| row | arm | n | verdict | p (Holm) | test | Wilcoxon p / HL [interval] | "
+             "sd(d) | outlier rounds | drift across run | warnings |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    any_row = False
+    for row in table.rows:
+        for arm, cell in row.cells.items():
+            c = cell.comparison
+            if c is None:
+                continue
+            any_row = True
+            hl = "–" if c.hl is None or c.hl_lo is None or c.hl_hi is None else \
+                f"{_f(c.wilcoxon_p)} / {_pct(c.hl)}% [{_pct(c.hl_lo)}, {_pct(c.hl_hi)}]"
+            outl = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in c.outliers.items()
+                             if v) or "none"
+            dr = ", ".join(f"{k} {_pct(v)}%" for k, v in c.drift.items() if v is not None) \
+                or "–"
+            sd = "–" if c.sd_log is None else f"{c.sd_log * 100:.2f}%"
+            p = f"{_f(c.p)} (raw {_f(c.p_raw)})" if c.p is not None else "–"
+            warn = "; ".join(c.warnings) or "–"
+            lines.append(f"| {_md(row.label)} | {_md(table.labels.get(arm, arm))} | {c.n} | "
+                         f"{c.verdict} | {p} | {c.test} | {hl} | {sd} | {outl} | {dr} | "
+                         f"{_md(warn)} |")
+    return lines if any_row else []
+
+
+def _md(text: str) -> str:
+    from abbench.report import md_escape
+
+    return md_escape(text)
+
+
+def watched(spec: MetricSpec, settings: StatsConfig) -> bool:
+    """Whether --until-ci watches this metric."""
+    if settings.until_metrics is not None:
+        return spec.name in settings.until_metrics
+    return spec.table
 
 
 __all__ = [
-    "Any",
+    "VERDICTS",
     "Comparison",
+    "StatsConfig",
+    "apply_holm",
     "compare",
     "compare_rows",
     "details_lines",
+    "drift",
+    "fraction_option",
+    "holm",
     "legend_lines",
+    "log_ratios",
+    "outlier_rounds",
     "render_comparison",
+    "rounds_needed",
+    "run_notes",
+    "signed_rank_null",
+    "smallest_p",
+    "t_interval",
+    "wilcoxon_hl",
 ]
+
+
+def run_notes(meta: Mapping[str, Any]) -> list[str]:
+    """Lines under the report about how the number of rounds was decided."""
+    seq = meta.get("until_ci")
+    if not seq:
+        return []
+    looks = ", ".join(str(lk["rounds"]) for lk in seq.get("looks", []))
+    return [f"Rounds: --until-ci {seq['target'] * 100:g}% (max {seq['max_rounds']} rounds, "
+            f"looks after rounds {looks or '–'}); stopped: {seq.get('stopped') or 'not yet'}."]

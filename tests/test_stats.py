@@ -1,0 +1,313 @@
+"""The statistics against values computed independently (scipy, brute force), the
+verdict rules, the rendering of cells, and --until-ci/calibrate on the reference
+server."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import refserver_start, write_arms
+from scipy import stats as sps
+from typer.testing import CliRunner
+
+from abbench import stats
+from abbench.calibrate import band_yaml, noise_floor, render_calibration
+from abbench.cli import app
+from abbench.report import build_table, render_json, render_markdown
+from abbench.sequential import block_size, planned_looks, stop_reason
+from abbench.stats import StatsConfig, compare
+
+D = np.array([0.021, 0.034, 0.012, 0.027, 0.018, 0.041, 0.025, 0.009])
+
+
+# ------------------------------------------------------------------ golden numbers
+
+
+def test_t_interval_matches_scipy() -> None:
+    r = stats.t_interval(D, 0.05)
+    ref = sps.ttest_1samp(D, 0.0)
+    ci = ref.confidence_interval(0.95)
+    assert r.p == pytest.approx(ref.pvalue, rel=1e-12)
+    assert (r.lo, r.hi) == pytest.approx((ci.low, ci.high), rel=1e-12)
+    assert r.mean == pytest.approx(D.mean())
+    # the paired t-test on the logs is the same test
+    base = np.array([50.0, 51, 49, 52, 50.5, 48, 51.5, 50])
+    arm = base * np.exp(D)
+    assert sps.ttest_rel(np.log(arm), np.log(base)).pvalue == pytest.approx(r.p, rel=1e-9)
+
+
+def test_signed_rank_null_is_the_exact_distribution() -> None:
+    for n in range(1, 9):
+        brute = np.zeros(n * (n + 1) // 2 + 1)
+        for signs in itertools.product((0, 1), repeat=n):
+            brute[sum(r for r, s in zip(range(1, n + 1), signs, strict=True) if s)] += 1
+        assert stats.signed_rank_null(n) == pytest.approx(brute / 2**n)
+
+
+def test_smallest_p_is_what_scipy_can_give() -> None:
+    for n in range(2, 10):
+        p = sps.wilcoxon(np.arange(1, n + 1) / 100, method="exact").pvalue
+        assert stats.smallest_p(n) == pytest.approx(p)
+    assert stats.smallest_p(5) > 0.05 > stats.smallest_p(6)
+
+
+def test_hodges_lehmann_and_its_interval_invert_the_wilcoxon_test() -> None:
+    w = stats.wilcoxon_hl(D, 0.05)
+    walsh = [(D[i] + D[j]) / 2 for i in range(len(D)) for j in range(i, len(D))]
+    assert w.hl == pytest.approx(float(np.median(walsh)))
+    assert w.p == pytest.approx(sps.wilcoxon(D, method="exact").pvalue)
+    eps = 1e-9
+
+    def p_at(theta: float) -> float:
+        return float(sps.wilcoxon(D - theta, method="exact").pvalue)
+
+    assert p_at(w.lo - eps) < 0.05 <= p_at(w.lo + eps)
+    assert p_at(w.hi + eps) < 0.05 <= p_at(w.hi - eps)
+
+
+def test_hl_interval_is_unbounded_when_alpha_is_unreachable() -> None:
+    w = stats.wilcoxon_hl(D[:4], 0.05)
+    assert math.isinf(w.lo) and math.isinf(w.hi)
+
+
+def test_holm_by_hand() -> None:
+    # sorted: .005*4=.02, .01*3=.03, .03*2=.06, .04*1=.04 -> running max .06
+    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert stats.holm([0.5]) == [0.5]
+
+
+def test_rounds_needed_matches_the_notes() -> None:
+    # statistics.md: sigma 2%, delta 2% -> about 8 with z (2.8^2), 10 with the t correction
+    z = sps.norm.ppf(0.975) + sps.norm.ppf(0.8)  # the 2.8 of the notes
+    assert math.ceil((z * 0.02 / 0.02) ** 2) == 8
+    n = stats.rounds_needed(0.02, 0.02)
+    assert n == 10
+    k = sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.8, n - 1)
+    k_prev = sps.t.ppf(0.975, n - 2) + sps.t.ppf(0.8, n - 2)
+    assert k * 0.02 / math.sqrt(n) <= 0.02 < k_prev * 0.02 / math.sqrt(n - 1)
+
+
+def test_outliers_and_drift_and_cv() -> None:
+    rounds = list(range(8))
+    vals = [50.0, 50.2, 49.9, 50.1, 60.0, 50.0, 49.8, 50.3]
+    assert stats.outlier_rounds(rounds, vals) == [4]
+    z = stats.modified_z(vals)
+    med = np.median(vals)
+    assert z[4] == pytest.approx(0.6745 * (60 - med) / sps.median_abs_deviation(vals))
+    grow = [100 * 1.05 ** (r / 7) for r in rounds]  # +5% across the run
+    assert stats.drift(rounds, grow) == pytest.approx(0.05, rel=1e-9)
+    assert stats.cv([1.0, 1.3, 0.8]) == pytest.approx(np.std([1, 1.3, 0.8], ddof=1) / np.mean(
+        [1, 1.3, 0.8]))
+
+
+# ------------------------------------------------------------------ verdicts
+
+
+def _pair(d: np.ndarray, base: float = 50.0) -> tuple[dict[int, float], dict[int, float]]:
+    b = {r: base * (1 + 0.001 * ((r * 7) % 5 - 2)) for r in range(len(d))}
+    return b, {r: b[r] * math.exp(x) for r, x in enumerate(d)}
+
+
+def test_verdict_changed_with_direction() -> None:
+    b, a = _pair(D + 0.02)
+    c = compare(b, a, direction="higher")
+    assert c is not None and c.verdict == "changed" and c.better is True and c.mark == "▲"
+    assert c.change == pytest.approx(math.expm1(np.mean(D + 0.02)))
+    assert c.test.startswith("paired t")
+    worse = compare(b, a, direction="lower")
+    assert worse is not None and worse.verdict == "changed" and worse.mark == "▼"
+
+
+def test_verdict_within_noise_inconclusive_too_few() -> None:
+    small = np.array([0.001, -0.002, 0.0015, 0.0, -0.001, 0.002, 0.0005, -0.0005])
+    c = compare(*_pair(small))
+    assert c is not None and c.verdict == "within_noise" and c.mark == "≈"
+    noisy = np.array([0.05, -0.04, 0.03, -0.02, 0.06, -0.05, 0.01, 0.02])
+    c = compare(*_pair(noisy))
+    assert c is not None and c.verdict == "inconclusive"
+    # 5 rounds of a huge effect: p could be tiny for t, but 2/2^5 > 0.05 -> too few
+    c = compare(*_pair(np.full(5, 0.3) + np.arange(5) * 0.001))
+    assert c is not None and c.verdict == "too_few_rounds" and c.smallest_p == 2 ** -4
+
+
+def test_outlier_in_d_switches_to_wilcoxon() -> None:
+    d = D.copy()
+    d[3] = 0.5
+    c = compare(*_pair(d))
+    assert c is not None and c.test.startswith("Wilcoxon") and c.outliers["d"] == [3]
+    assert c.change == pytest.approx(math.expm1(stats.wilcoxon_hl(d).hl))
+
+
+def test_holm_can_demote_changed() -> None:
+    b, a = _pair(np.array([0.02, 0.03, 0.019, 0.025, 0.021, 0.018, 0.04, 0.011]))
+    c = compare(b, a, noise_band=0.001)
+    assert c is not None and c.verdict == "changed"
+    many = stats.apply_holm([c] * 400)
+    assert all(x.verdict == "inconclusive" and x.comparisons == 400 for x in many)
+    assert many[0].p == pytest.approx(min(1.0, 400 * c.p_raw))
+
+
+def test_per_metric_noise_band() -> None:
+    s = StatsConfig.model_validate({"noise_band": "1%", "noise_bands": {"ttft_ms": "5%"}})
+    assert s.band("decode_tok_s") == 0.01 and s.band("ttft_ms") == 0.05
+
+
+# ------------------------------------------------------------------ table and rendering
+
+
+def _records(effects: dict[str, float], n: int, seed: int = 1) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    recs = []
+    for r in range(n):
+        for arm, eff in effects.items():
+            for rep in range(2):
+                v = 52.0 * math.exp(eff + rng.normal(0, 0.004))
+                recs.append({"type": "sample", "valid": True, "arm": arm, "round": r,
+                             "rep": rep, "workload": "decode 32K",
+                             "metrics": {"decode_tok_s": v, "ttft_ms": 900 * math.exp(-eff)}})
+    return recs
+
+
+META = {"id": "t1", "arms": [{"name": "base"}, {"name": "pr", "label": "this PR"},
+                             {"name": "same"}], "order": "interleaved", "seed": 1}
+
+
+def test_table_cells_legend_details_and_json() -> None:
+    recs = _records({"base": 0.0, "pr": 0.028, "same": 0.0}, 8)
+    table = build_table(recs, META, metrics=["decode_tok_s", "ttft_ms"])
+    md = render_markdown(table)
+    row = next(line for line in md.splitlines() if line.startswith("| decode 32K (tok/s)"))
+    assert re.search(r"\| \d+\.\d\d-\d+\.\d\d \(\+\d\.\d% \[\+\d\.\d, \+\d\.\d\]\) ▲ \|", row)
+    assert "≈" in row
+    assert "Holm's correction over 4 comparison(s)" in md
+    assert "<details><summary>Statistics per row</summary>" in md
+    assert "paired t on log-ratios" in md
+    ttft = next(line for line in md.splitlines() if line.startswith("| decode 32K TTFT"))
+    assert "▲" in ttft  # lower TTFT is better
+    data = json.loads(render_json(table))
+    verdicts = [c["verdict"] for r in data["rows"] for a, c in r["cells"].items() if a != "base"]
+    assert set(verdicts) <= set(stats.VERDICTS) and "changed" in verdicts
+
+
+def test_too_few_rounds_is_said_in_the_cell() -> None:
+    table = build_table(_records({"base": 0.0, "pr": 0.05, "same": 0.0}, 2), META)
+    md = render_markdown(table)
+    assert "n=2: too few rounds" in md
+    data = json.loads(render_json(table))
+    assert {c["verdict"] for r in data["rows"] for a, c in r["cells"].items()
+            if a != "base"} == {"too_few_rounds"}
+
+
+def test_settings_come_from_the_run_meta() -> None:
+    recs = _records({"base": 0.0, "pr": 0.028, "same": 0.0}, 8)
+    table = build_table(recs, {**META, "stats": {"noise_band": "5%"}})
+    cell = table.rows[0].cells["pr"].comparison
+    assert cell is not None and cell.noise_band == 0.05 and cell.verdict != "changed"
+
+
+# ------------------------------------------------------------------ sequential
+
+
+def test_blocks_and_looks_stay_balanced() -> None:
+    assert block_size(3, 2) == 1 and block_size(4, 2) == 2 and block_size(4, 3) == 2
+    assert planned_looks(3, 12, 2) == [3, 4, 6, 8, 10, 12]
+    assert planned_looks(6, 11, 2) == [6, 8, 10, 11]
+
+
+def test_stop_reason() -> None:
+    narrow = compare(*_pair(D * 0.1))
+    wide = compare(*_pair(np.array([0.05, -0.04, 0.03, -0.02, 0.06, -0.05, 0.01, 0.02])))
+    assert narrow is not None and wide is not None
+    assert "half-width" in (stop_reason([narrow], [narrow], target=0.01, rounds_done=8,
+                                        cap=12) or "")
+    assert stop_reason([wide], [wide], target=0.01, rounds_done=8, cap=12) is None
+    assert "cap" in (stop_reason([wide], [wide], target=0.01, rounds_done=12, cap=12) or "")
+    changed = compare(*_pair(D + 0.2))
+    assert changed is not None and changed.half_width is not None
+    assert "verdict" in (stop_reason([changed], [changed], target=0.001, rounds_done=8,
+                                     cap=12) or "")
+
+
+def _ref_arms(tmp_path: Path, extra: str = "") -> Path:
+    a = json.dumps(refserver_start("--rate", "400"))
+    b = json.dumps(refserver_start("--rate", "600"))
+    return write_arms(tmp_path / "arms.yaml", f"""
+        rounds: 2
+        seed: 5
+        warmup: 0
+        defaults: {{preset: llama.cpp, ready: {{path: /health, timeout: 30}}}}
+        arms:
+          - {{name: slow, start: {a}}}
+          - {{name: fast, start: {b}}}
+        workloads:
+          - contexts: [64]
+            decode_tokens: 24
+        {extra}
+        """)
+
+
+def test_until_ci_adds_balanced_blocks_and_says_why(tmp_path: Path, results: Path) -> None:
+    arms = _ref_arms(tmp_path)
+    res = CliRunner().invoke(app, ["run", str(arms), "--results", str(results), "--plain",
+                                   "--until-ci", "0.01%", "--max-rounds", "5"])
+    assert res.exit_code == 0, res.output
+    run_dir = next(results.iterdir())
+    meta = json.loads((run_dir / "run.json").read_text())
+    seq = meta["until_ci"]
+    assert [lk["rounds"] for lk in seq["looks"]] == [2, 4, 5]
+    assert seq["stopped"] == "the cap of 5 rounds was reached"
+    rounds = sorted({r for r, _pos, _arm in meta["schedule"]})
+    assert rounds == [0, 1, 2, 3, 4]
+    first4 = [s for s in meta["schedule"] if s[0] < 4]
+    for arm in ("slow", "fast"):  # positions balanced after every complete block
+        assert sorted(p for _r, p, a in first4 if a == arm) == [0, 0, 1, 1]
+    assert "stopped: the cap of 5 rounds was reached" in res.output
+    assert "▲" in res.output  # 600 tok/s against 400: changed, better
+
+
+def test_until_ci_from_arms_yaml_stops_on_width(tmp_path: Path, results: Path) -> None:
+    arms = _ref_arms(tmp_path, "stats: {until_ci: 50%, max_rounds: 8}")
+    res = CliRunner().invoke(app, ["run", str(arms), "--results", str(results), "--plain"])
+    assert res.exit_code == 0, res.output
+    meta = json.loads((next(results.iterdir()) / "run.json").read_text())
+    assert meta["until_ci"]["stopped"].startswith("every watched interval's half-width")
+    assert meta["rounds_done"] == 2
+
+
+def test_bad_until_ci_is_a_config_error(tmp_path: Path, results: Path) -> None:
+    res = CliRunner().invoke(app, ["run", str(_ref_arms(tmp_path)), "--results",
+                                   str(results), "--until-ci", "lots"])
+    assert res.exit_code == 2 and "--until-ci 1%" in res.output
+
+
+def test_calibrate_on_the_reference_server(tmp_path: Path, results: Path) -> None:
+    band = tmp_path / "band.yaml"
+    res = CliRunner().invoke(app, ["calibrate", str(_ref_arms(tmp_path)), "--arm", "slow",
+                                   "--rounds", "3", "--results", str(results), "--plain",
+                                   "--write-band", str(band)])
+    assert res.exit_code == 0, res.output
+    assert "A/A calibration of arm `slow`" in res.output
+    assert re.search(r"\| decode 64 \(tok/s\) \| 3 \| \d+\.\d\d% \|", res.output)
+    assert "noise_bands:" in band.read_text()
+
+
+def test_noise_floor_from_a_synthetic_aa_table() -> None:
+    recs = _records({"base": 0.0, "twin": 0.0}, 10)
+    meta = {"id": "aa", "arms": [{"name": "base"}, {"name": "twin"}]}
+    floors = noise_floor(build_table(recs, meta), effect=0.02)
+    (f,) = floors
+    d = [math.log(b / a) for a, b in zip(*[
+        [np.mean([r["metrics"]["decode_tok_s"] for r in recs if r["arm"] == arm
+                  and r["round"] == k]) for k in range(10)] for arm in ("base", "twin")],
+        strict=True)]
+    assert f.sigma == pytest.approx(np.std(d, ddof=1))
+    assert f.rounds_for_effect == stats.rounds_needed(f.sigma, math.log1p(0.02))
+    assert f.suggested_band == pytest.approx(max(abs(f.lo), abs(f.hi)))
+    assert "suggested band" in render_calibration(floors, arm="base", effect=0.02)
+    assert "decode_tok_s:" in band_yaml(floors)
