@@ -19,6 +19,7 @@ Verdicts (criterion.rs, Pinpoint):
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -126,11 +127,13 @@ def t_interval(d: Sequence[float] | np.ndarray, alpha: float = 0.05) -> TResult:
         return TResult(mean, sd, -math.inf, math.inf, 1.0)
     if sd == 0.0:
         return TResult(mean, 0.0, mean, mean, 1.0 if mean == 0 else 0.0)
-    half = float(sps.t.ppf(1 - alpha / 2, n - 1)) * sd / math.sqrt(n)
-    p = float(sps.ttest_1samp(x, 0.0).pvalue)
+    se = sd / math.sqrt(n)
+    half = float(sps.t.ppf(1 - alpha / 2, n - 1)) * se
+    p = float(2 * sps.t.sf(abs(mean) / se, n - 1))  # = scipy.stats.ttest_1samp(x, 0)
     return TResult(mean, sd, mean - half, mean + half, p)
 
 
+@functools.lru_cache(maxsize=256)
 def signed_rank_null(n: int) -> np.ndarray:
     """P(T+ = k), k = 0 .. n(n+1)/2, for the exact signed-rank statistic without ties."""
     counts = np.zeros(n * (n + 1) // 2 + 1)
@@ -139,7 +142,9 @@ def signed_rank_null(n: int) -> np.ndarray:
         shifted = np.zeros_like(counts)
         shifted[r:] = counts[:-r]
         counts = counts + shifted
-    return counts / 2.0**n
+    out = counts / 2.0**n
+    out.flags.writeable = False
+    return out
 
 
 def smallest_p(n: int) -> float:
@@ -173,9 +178,24 @@ def wilcoxon_hl(d: Sequence[float] | np.ndarray, alpha: float = 0.05) -> Wilcoxo
     else:
         c = int(ok[-1])
         lo, hi = float(walsh[c]), float(walsh[walsh.size - 1 - c])
-    method = "exact" if n <= 50 and not np.any(x == 0) else "auto"
-    p = float(sps.wilcoxon(x, method=method).pvalue) if n >= 2 else 1.0
-    return WilcoxonResult(hl, lo, hi, p)
+    return WilcoxonResult(hl, lo, hi, wilcoxon_p(x))
+
+
+def wilcoxon_p(x: np.ndarray) -> float:
+    """Two-sided signed-rank p: exact from :func:`signed_rank_null` when there are no
+    zeros or tied |d| (the same number as ``scipy.stats.wilcoxon(x, method="exact")``,
+    a fifth of the cost), else scipy's own (normal approximation with tie correction)."""
+    n = x.size
+    if n < 2:
+        return 1.0
+    a = np.abs(x)
+    if n > 50 or np.any(a == 0) or np.unique(a).size < n:
+        return float(sps.wilcoxon(x).pvalue)
+    ranks = np.empty(n)
+    ranks[np.argsort(a)] = np.arange(1, n + 1)
+    t_plus = int(ranks[x > 0].sum())
+    null = signed_rank_null(n)
+    return float(min(1.0, 2 * min(null[: t_plus + 1].sum(), null[t_plus:].sum())))
 
 
 def modified_z(x: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -210,8 +230,8 @@ def drift(rounds: Sequence[int], values: Sequence[float]) -> float | None:
     index, as a fraction (exp(slope x span) - 1); None below 3 rounds."""
     if len(values) < 3 or min(values) <= 0 or len(set(rounds)) < 2:
         return None
-    fit = sps.linregress(np.asarray(rounds, float), np.log(np.asarray(values, float)))
-    return math.expm1(float(fit.slope) * (max(rounds) - min(rounds)))
+    slope = np.polyfit(np.asarray(rounds, float), np.log(np.asarray(values, float)), 1)[0]
+    return math.expm1(float(slope) * (max(rounds) - min(rounds)))
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -504,6 +524,7 @@ __all__ = [
     "smallest_p",
     "t_interval",
     "wilcoxon_hl",
+    "wilcoxon_p",
 ]
 
 

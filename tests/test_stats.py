@@ -57,6 +57,17 @@ def test_smallest_p_is_what_scipy_can_give() -> None:
     assert stats.smallest_p(5) > 0.05 > stats.smallest_p(6)
 
 
+def test_exact_wilcoxon_p_matches_scipy() -> None:
+    rng = np.random.default_rng(3)
+    for n in range(2, 30):
+        for _ in range(5):
+            x = rng.normal(0.01, 0.02, n)
+            assert stats.wilcoxon_p(x) == pytest.approx(
+                sps.wilcoxon(x, method="exact").pvalue, rel=1e-9)
+    tied = np.array([0.01, 0.01, -0.02, 0.03, 0.0, 0.02])
+    assert stats.wilcoxon_p(tied) == pytest.approx(sps.wilcoxon(tied).pvalue)
+
+
 def test_hodges_lehmann_and_its_interval_invert_the_wilcoxon_test() -> None:
     w = stats.wilcoxon_hl(D, 0.05)
     walsh = [(D[i] + D[j]) / 2 for i in range(len(D)) for j in range(i, len(D))]

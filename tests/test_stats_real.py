@@ -1,0 +1,93 @@
+"""Verdicts against the real llama-server (SmolLM2-135M, one thread each).
+
+- A/A (``abbench calibrate``: the same arm twice) never says "changed" and prints
+  the noise floor;
+- a quantized KV cache (q4_0, flash attention) against f16 at a 1K context, a
+  large real difference (about -30% decode, -50% prefill on this machine), says
+  "changed" and "worse" (▼).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import llama_start, no_process_left, write_arms
+from typer.testing import CliRunner
+
+from abbench.cli import app
+from abbench.report import build_table
+from abbench.store import Run
+
+pytestmark = pytest.mark.real
+
+
+def _arms(tmp_path: Path, parts: dict[str, str], arms: dict[str, list[str]], *,
+          rounds: int, context: int) -> Path:
+    body = "\n".join(f"  - {{name: {name}, start: {json.dumps(argv)}}}"
+                     for name, argv in arms.items())
+    return write_arms(tmp_path / "arms.yaml", f"""\
+rounds: {rounds}
+seed: 11
+warmup: 1
+defaults: {{preset: llama.cpp, ready: {{path: /health, timeout: 120}}}}
+arms:
+{body}
+workloads:
+  - contexts: [{context}]
+    decode_tokens: 32
+""")
+
+
+def _verdicts(run_dir: Path) -> dict[tuple[str, str], dict]:
+    data = json.loads((run_dir / "report.json").read_text())
+    return {(r["metric"], arm): c for r in data["rows"] for arm, c in r["cells"].items()
+            if arm != data["baseline"]}
+
+
+def test_calibrate_aa_never_says_changed(tmp_path: Path, results: Path,
+                                         real_parts: dict[str, str]) -> None:
+    arms = _arms(tmp_path, real_parts, {"f16": llama_start(real_parts, ctx=1024),
+                                        "other": llama_start(real_parts, ctx=1024)},
+                 rounds=6, context=512)
+    res = CliRunner().invoke(app, ["calibrate", str(arms), "--arm", "f16", "--results",
+                                   str(results), "--plain", "--effect", "5%"])
+    assert res.exit_code == 0, res.output
+    assert "A/A calibration of arm `f16`" in res.output
+    m = re.search(r"\| decode 512 \(tok/s\) \| 6 \| (\d+\.\d\d)% \|", res.output)
+    assert m, res.output
+    assert 0 < float(m.group(1)) < 50  # sd of the per-round log-ratio, in %
+    (run_dir,) = list(results.iterdir())
+    cells = _verdicts(run_dir)
+    assert cells and all(c["verdict"] != "changed" for c in cells.values()), cells
+    # every metric measured (not only the table rows): still no "changed"
+    run = Run(run_dir)
+    table = build_table(run.records(), run.meta(), metrics=[
+        "decode_tok_s", "prefill_tok_s", "ttft_ms", "server_decode_tok_s"])
+    verdicts = {r.metric: r.cells["f16-twin"].comparison.verdict for r in table.rows
+                if r.cells["f16-twin"].comparison is not None}
+    assert len(verdicts) == 4 and "changed" not in verdicts.values(), verdicts
+    assert no_process_left(real_parts["model"])
+
+
+def test_q4_kv_cache_against_f16_is_changed_and_worse(tmp_path: Path, results: Path,
+                                                      real_parts: dict[str, str]) -> None:
+    q4 = ["--cache-type-k", "q4_0", "--cache-type-v", "q4_0", "-fa", "on"]
+    arms = _arms(tmp_path, real_parts, {"f16": llama_start(real_parts, ctx=1536),
+                                        "q4": llama_start(real_parts, *q4, ctx=1536)},
+                 rounds=6, context=1024)
+    res = CliRunner().invoke(app, ["run", str(arms), "--results", str(results), "--plain"])
+    assert res.exit_code == 0, res.output
+    (run_dir,) = list(results.iterdir())
+    cell = _verdicts(run_dir)[("decode_tok_s", "q4")]
+    assert cell["verdict"] == "changed", cell["comparison"]
+    assert cell["comparison"]["better"] is False and cell["comparison"]["change"] < 0
+    assert re.search(r"\| decode 1K \(tok/s\) \| [^|]+ \| [^|]+\(-\d+\.\d% \[[^]]+\]\) ▼ \|",
+                     res.output), res.output
+    run = Run(run_dir)
+    table = build_table(run.records(), run.meta(), metrics=["prefill_tok_s"])
+    prefill = table.rows[0].cells["q4"].comparison
+    assert prefill is not None and prefill.verdict == "changed" and prefill.better is False
+    assert no_process_left(real_parts["model"])
