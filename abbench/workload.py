@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
 from abbench.config import ResolvedArm, Workload
 from abbench.errors import RequestError
@@ -144,6 +146,19 @@ def parse_sse(chunks: Iterator[bytes], result: StreamResult, clock=time.perf_cou
         result.t_end = clock()
 
 
+def new_session() -> requests.Session:
+    """A session that re-sends a request once when a kept-alive connection turns out
+    to be closed before any response (servers close idle connections: llama.cpp
+    after 5 s). Never retried: HTTP errors and anything after the response began."""
+    session = requests.Session()
+    retry = Retry(total=2, connect=1, read=1, status=0, other=0, redirect=0,
+                  allowed_methods=None, raise_on_status=False)
+    adapter = HTTPAdapter(max_retries=retry)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
 class Client:
     """Talks to one running server through its preset's endpoints."""
 
@@ -151,7 +166,7 @@ class Client:
         self.base_url = base_url
         self.arm = arm
         self.preset = get_preset(arm.preset)
-        self.session = requests.Session()
+        self.session = new_session()
         self._prefix: list[int] | None = None
 
     def close(self) -> None:

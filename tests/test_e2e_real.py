@@ -12,8 +12,9 @@ from tests.conftest import llama_start, no_process_left, write_arms
 
 def test_real_ab_of_two_llama_server_builds(tmp_path: Path, results: Path, real_parts,
                                              real_parts_noavx2):
-    fast = llama_start(real_parts)
-    slow = llama_start(real_parts_noavx2)
+    tag = f"abbench-e2e-{tmp_path.name}"  # names this test's servers among any others
+    fast = llama_start(real_parts, "--alias", tag)
+    slow = llama_start(real_parts_noavx2, "--alias", tag)
     arms = write_arms(tmp_path / "arms.yaml", f"""
 rounds: 2
 defaults:
@@ -49,4 +50,4 @@ workloads:
     meta = json.loads((run / "run.json").read_text())
     assert meta["servers"]["avx2"]  # what llama-server says about itself (/props)
     assert "timing agreement" in r.stdout
-    assert no_process_left(real_parts["server"]) and no_process_left(real_parts_noavx2["server"])
+    assert no_process_left(tag)
