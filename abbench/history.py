@@ -14,6 +14,7 @@ import math
 import re
 import statistics
 import warnings
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -343,7 +344,8 @@ def _tick_names(series: list[Series]) -> dict[str, str]:
     for s in series:
         for p in s.points:
             names.setdefault(p.run_id, p.run_id)
-    repeated = {c for c in names.values() if list(names.values()).count(c) > 1}
+    counts = Counter(names.values())
+    repeated = {c for c, n in counts.items() if n > 1}
     return {run_id: f"{c} {run_id}" if c in repeated and c != run_id else c
             for run_id, c in names.items()}
 
