@@ -229,7 +229,8 @@ def history(
             series = build_series(ix, metric, workload, label)
             problems = ix.run_errors() + ix.problems()
             latest = ix.runs()[-1:]
-        verdict = check_history(series, threshold=limit, window=window)
+        verdict = check_history(series, threshold=limit, window=window) \
+            if check or html is not None else None
         if out is not None:
             summary = plot_history(series, out, x=x.value, threshold=limit)
             typer.echo(f"wrote {summary.path}", err=True)
@@ -238,6 +239,7 @@ def history(
             from abbench.store import Run
 
             tables = [run_table(Run(Path(r.path))) for r in latest if not r.error]
+            assert verdict is not None
             page = write_html(series, html, tables=tables, check=verdict, x=x.value,
                               threshold=limit)
             typer.echo(f"wrote {page}", err=True)
@@ -245,7 +247,7 @@ def history(
         _fail(e)
         return
     _warn(problems)
-    if check:
+    if verdict is not None and check:
         typer.echo(format_check(verdict), nl=False)
         raise typer.Exit(1 if verdict.regressions else 0)
     if out is None and html is None:

@@ -12,17 +12,16 @@ import datetime as dt
 import html
 import math
 import re
-import statistics
 import warnings
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from abbench import regression
 from abbench.index import Index, RunInfo
-from abbench.metrics import spec
+from abbench.metrics import Direction, spec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,8 +76,7 @@ def format_runs(runs: list[RunInfo]) -> str:
         return "no runs\n"
     rows = [("RUN", "DATE", "ROUNDS", "STATUS", "ARMS")]
     for r in runs:
-        date = dt.datetime.fromtimestamp(r.created_ts).strftime("%Y-%m-%d %H:%M") \
-            if r.created_ts is not None else "?"
+        date = r.created[:16].replace("T", " ") if r.created else "?"  # as recorded
         rounds = f"{r.rounds_done if r.rounds_done is not None else '?'}/{r.rounds or '?'}"
         rows.append((r.id, date, rounds, _status_text(r), _arm_text(r)))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
@@ -89,24 +87,16 @@ def format_runs(runs: list[RunInfo]) -> str:
 # ----------------------------------------------------------------- series
 
 
-@dataclass(frozen=True)
-class Point:
+class Point(NamedTuple):
+    """One run's value of one arm label: the mean of its rounds, their min and max."""
+
     run_id: str
     created_ts: float | None
     commit: str | None
-    rounds: tuple[float, ...]
-
-    @property
-    def value(self) -> float:
-        return statistics.fmean(self.rounds)
-
-    @property
-    def lo(self) -> float:
-        return min(self.rounds)
-
-    @property
-    def hi(self) -> float:
-        return max(self.rounds)
+    value: float
+    lo: float
+    hi: float
+    n_rounds: int
 
 
 @dataclass(frozen=True)
@@ -119,12 +109,19 @@ class Series:
     points: tuple[Point, ...]
 
     @property
-    def direction(self) -> regression.Direction:
+    def direction(self) -> Direction:
         return spec(self.metric).direction
 
     @property
     def values(self) -> list[float]:
         return [p.value for p in self.points]
+
+    @cached_property
+    def segments(self) -> list[int]:
+        """Start indices of its levels (computed once; :func:`regression.segments`)."""
+        from abbench import regression
+
+        return regression.segments(self.values)
 
 
 def default_metrics(index: Index) -> list[str]:
@@ -144,20 +141,15 @@ def build_series(index: Index, metrics: Iterable[str] | None = None,
     for metric, workload in index.series_keys():
         if metric not in metrics or (wanted is not None and workload not in wanted):
             continue
-        by_label: dict[str, dict[str, tuple[float | None, str | None, list[float]]]] = {}
+        by_label: dict[str, list[Point]] = {}
         arm_of: dict[tuple[str, str], str] = {}
-        for rv in index.round_values(metric, [workload], labels):
-            if rv.value <= 0 or not math.isfinite(rv.value):
-                continue
+        for rv in index.run_values(metric, workload, labels):
             label = rv.label
             if arm_of.setdefault((rv.run_id, label), rv.arm) != rv.arm:
                 label = f"{rv.label} [{rv.arm}]"
-            runs = by_label.setdefault(label, {})
-            runs.setdefault(rv.run_id, (rv.created_ts, rv.commit, []))[2].append(rv.value)
-        for label, runs in by_label.items():
-            pts = tuple(Point(run_id, ts, commit, tuple(vals))
-                        for run_id, (ts, commit, vals) in runs.items())
-            out.append(Series(metric, workload, label, pts))
+            by_label.setdefault(label, []).append(
+                Point(rv.run_id, rv.created_ts, rv.commit, rv.mean, rv.lo, rv.hi, rv.n_rounds))
+        out += [Series(metric, workload, label, tuple(pts)) for label, pts in by_label.items()]
     return out
 
 
@@ -195,6 +187,8 @@ def newest_run(series: list[Series]) -> str | None:
 def check_history(series: list[Series], *, threshold: float = 0.05, window: int = 20,
                   z_min: float = 3.0) -> CheckResult:
     """Did the newest run regress beyond ``threshold`` on any series it is part of?"""
+    from abbench import regression
+
     newest = newest_run(series)
     checked = 0
     found = []
@@ -202,7 +196,8 @@ def check_history(series: list[Series], *, threshold: float = 0.05, window: int 
         if not s.points or s.points[-1].run_id != newest:
             continue
         checked += 1
-        f = regression.check_newest(s.values, s.direction, threshold, window, z_min)
+        f = regression.check_newest(s.values, s.direction, threshold, window, z_min,
+                                    starts=s.segments)
         if f is not None:
             found.append(Regression(s.metric, s.workload, s.label, f.change, s.points[-1].run_id,
                                     s.points[f.since].run_id, s.points[f.ref].run_id,
@@ -291,6 +286,8 @@ def plot_history(series: list[Series], out: Path, *, x: XAxis = "time",
 
 def _draw_panel(ax: Any, metric: str, workload: str, group: list[Series], x: XAxis,
                 order: dict[str, int], threshold: float) -> Panel:
+    from abbench import regression
+
     sp = spec(metric)
     counts = {}
     marked = 0
@@ -310,8 +307,8 @@ def _draw_panel(ax: Any, metric: str, workload: str, group: list[Series], x: XAx
             ax.fill_between(xs, [p.lo for p in s.points], [p.hi for p in s.points],
                             color=line.get_color(), alpha=0.2, lw=0)
         counts[s.label] = len(xs)
-        bad = [st for st in regression.steps(s.values, s.direction, threshold)
-               if st.regression]
+        bad = [st for st in regression.steps(s.values, s.direction, threshold,
+                                             starts=s.segments) if st.regression]
         for st in bad:
             ax.plot([xs[st.start]], [ys[st.start]], "v", color="red", ms=10, zorder=5)
             if marked < 20:

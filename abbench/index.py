@@ -22,7 +22,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from abbench.errors import StoreError
 from abbench.report import _round_values
@@ -82,15 +82,13 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
 ]
 
 
-@dataclass(frozen=True)
-class ArmInfo:
+class ArmInfo(NamedTuple):
     name: str
     label: str
     commit: str | None
 
 
-@dataclass(frozen=True)
-class RunInfo:
+class RunInfo(NamedTuple):
     """One indexed run, as ``abbench ls`` shows it."""
 
     id: str
@@ -109,8 +107,21 @@ class RunInfo:
     error: str | None
 
 
-@dataclass(frozen=True)
-class RoundValue:
+class RunValue(NamedTuple):
+    """One run's value of one arm: its rounds' mean, min and max (positive values)."""
+
+    run_id: str
+    created_ts: float | None
+    arm: str
+    label: str
+    commit: str | None
+    mean: float
+    lo: float
+    hi: float
+    n_rounds: int
+
+
+class RoundValue(NamedTuple):
     """One round's value (its reps averaged) of one arm in one run."""
 
     run_id: str
@@ -129,9 +140,9 @@ class RefreshStats:
     dropped: int
 
 
-def _stamp(path: Path) -> str:
+def _stamp(path: str) -> str:
     try:
-        st = path.stat()
+        st = os.stat(path)
     except OSError:
         return "-"
     return f"{st.st_mtime_ns}:{st.st_size}"
@@ -167,7 +178,8 @@ class Index:
         self.close()
 
     # ------------------------------------------------------------ updating
-    def _run_folders(self) -> Iterator[tuple[str, Path]]:
+    def _run_folders(self) -> Iterator[tuple[str, str, str, str]]:
+        """(id, folder, run.json stamp, samples stamp) of every run folder."""
         try:
             entries = list(os.scandir(self.results))
         except FileNotFoundError:
@@ -176,29 +188,30 @@ class Index:
             raise StoreError(f"cannot list the results directory: {e.strerror}",
                              where=str(self.results)) from None
         for entry in entries:
-            if entry.is_dir() and not entry.name.startswith("."):
-                p = Path(entry.path)
-                if (p / RUN_FILE).is_file():
-                    yield entry.name, p
+            if entry.name.startswith(".") or not entry.is_dir():
+                continue
+            run_stamp = _stamp(os.path.join(entry.path, RUN_FILE))
+            if run_stamp != "-":
+                yield (entry.name, entry.path, run_stamp,
+                       _stamp(os.path.join(entry.path, SAMPLES_FILE)))
 
     def refresh(self) -> RefreshStats:
         """Bring the index up to date with the run folders (one transaction)."""
         known = {row[0]: (row[1], row[2]) for row in
                  self.db.execute("SELECT id, run_stamp, samples_stamp FROM runs")}
         seen: set[str] = set()
-        todo: list[tuple[str, Path, str, str]] = []
-        for run_id, p in self._run_folders():
+        todo: list[tuple[str, str, str, str]] = []
+        for run_id, path, run_stamp, samples_stamp in self._run_folders():
             seen.add(run_id)
-            stamps = (_stamp(p / RUN_FILE), _stamp(p / SAMPLES_FILE))
-            if known.get(run_id) != stamps:
-                todo.append((run_id, p, *stamps))
+            if known.get(run_id) != (run_stamp, samples_stamp):
+                todo.append((run_id, path, run_stamp, samples_stamp))
         gone = [i for i in known if i not in seen]
         if todo or gone:
             with self._transaction():
                 for run_id in gone:
                     self.db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
-                for run_id, p, run_stamp, samples_stamp in todo:
-                    self._ingest(run_id, p, run_stamp, samples_stamp)
+                for run_id, path, run_stamp, samples_stamp in todo:
+                    self._ingest(run_id, Path(path), run_stamp, samples_stamp)
         return RefreshStats(scanned=len(seen), read=len(todo), dropped=len(gone))
 
     def rebuild(self) -> RefreshStats:
@@ -265,7 +278,8 @@ class Index:
     def runs(self, *, label: str | None = None, since: float | None = None,
              until: float | None = None) -> list[RunInfo]:
         """Runs oldest first, filtered by arm label/name (substring) and time."""
-        sql = "SELECT * FROM runs WHERE 1=1"
+        sql = ("SELECT id, path, created, created_ts, status, rounds, rounds_done, baseline,"
+               " machine, n_samples, n_invalid, n_failed_slots, error FROM runs WHERE 1=1")
         args: list[Any] = []
         if since is not None:
             sql += " AND created_ts >= ?"
@@ -282,16 +296,10 @@ class Index:
         for run_id, name, lab, commit in self.db.execute(
                 "SELECT run_id, name, label, commit_id FROM arms ORDER BY run_id, position"):
             arms.setdefault(run_id, []).append(ArmInfo(name, lab, commit))
-        out = []
-        for row in self.db.execute(sql, args):
-            r = dict(row)
-            out.append(RunInfo(
-                id=r["id"], path=r["path"], created=r["created"], created_ts=r["created_ts"],
-                status=r["status"], rounds=r["rounds"], rounds_done=r["rounds_done"],
-                arms=tuple(arms.get(r["id"], ())), baseline=r["baseline"],
-                machine=r["machine"], n_samples=r["n_samples"], n_invalid=r["n_invalid"],
-                n_failed_slots=r["n_failed_slots"], error=r["error"]))
-        return out
+        return [RunInfo(rid, path, created, ts, status, rounds, done,
+                        tuple(arms.get(rid, ())), base, machine, n_s, n_i, n_f, err)
+                for rid, path, created, ts, status, rounds, done, base, machine, n_s, n_i, n_f,
+                err in self.db.execute(sql, args)]
 
     def round_values(self, metric: str, workloads: Iterable[str] | None = None,
                      labels: Iterable[str] | None = None) -> list[RoundValue]:
@@ -309,20 +317,33 @@ class Index:
         return [RoundValue(run_id, ts, arm, lab, commit, rnd, value)
                 for run_id, ts, arm, lab, commit, rnd, value in self.db.execute(sql, args)]
 
+    def run_values(self, metric: str, workload: str, labels: Iterable[str] | None = None
+                   ) -> list[RunValue]:
+        """Per run and arm, the mean/min/max of the positive round values, oldest first."""
+        sql = ("SELECT v.run_id, r.created_ts, v.arm, a.label, a.commit_id, avg(v.value),"
+               " min(v.value), max(v.value), count(*) FROM vals v"
+               " JOIN runs r ON r.id = v.run_id"
+               " JOIN arms a ON a.run_id = v.run_id AND a.name = v.arm"
+               " WHERE v.metric = ? AND v.workload = ? AND v.value > 0")
+        args: list[Any] = [metric, workload]
+        if labels is not None:
+            wanted = list(labels)
+            sql += f" AND a.label IN ({', '.join('?' * len(wanted))})"
+            args += wanted
+        sql += (" GROUP BY v.run_id, v.arm"
+                " ORDER BY coalesce(r.created_ts, 0), v.run_id, a.position")
+        return [RunValue(*row) for row in self.db.execute(sql, args)]
+
     def series_keys(self) -> list[tuple[str, str]]:
         """Every (metric, workload) stored, sorted."""
         return [(m, w) for m, w in self.db.execute(
             "SELECT DISTINCT metric, workload FROM vals ORDER BY metric, workload")]
 
     def problems(self, run_ids: Iterable[str] | None = None) -> list[str]:
-        if run_ids is None:
-            rows = self.db.execute("SELECT message FROM problems ORDER BY run_id, rowid")
-            return [m for (m,) in rows]
-        out = []
-        for run_id in run_ids:
-            out += [m for (m,) in self.db.execute(
-                "SELECT message FROM problems WHERE run_id = ? ORDER BY rowid", (run_id,))]
-        return out
+        """Problems met reading these runs (all runs when None)."""
+        wanted = set(run_ids) if run_ids is not None else None
+        rows = self.db.execute("SELECT run_id, message FROM problems ORDER BY run_id, rowid")
+        return [m for run_id, m in rows if wanted is None or run_id in wanted]
 
     def run_errors(self) -> list[str]:
         return [f"{path}: {err}" for path, err in self.db.execute(
@@ -331,7 +352,6 @@ class Index:
 
 def _connect(path: str) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=30, isolation_level=None)
-    db.row_factory = sqlite3.Row
     db.execute("PRAGMA foreign_keys = ON")
     return db
 
@@ -398,5 +418,5 @@ def open_index(results: Path, *, refresh: bool = True) -> Index:
     return index
 
 
-__all__ = ["INDEX_FILE", "MIGRATIONS", "ArmInfo", "Index", "RoundValue", "RunInfo",
+__all__ = ["INDEX_FILE", "MIGRATIONS", "ArmInfo", "Index", "RoundValue", "RunInfo", "RunValue",
            "open_index"]

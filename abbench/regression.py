@@ -66,8 +66,11 @@ def noise_sigma(logs: np.ndarray) -> float:
     return max(float(np.median(d)) * _DIFF_MAD_TO_SIGMA, _MIN_SIGMA)
 
 
-def segments(logs: np.ndarray, sigma: float | None = None) -> list[int]:
-    """Start indices of the segments of the best piecewise-constant fit (PELT)."""
+def segments(values: Sequence[float], sigma: float | None = None) -> list[int]:
+    """Start indices of the segments of the best piecewise-constant fit of the log
+    values (PELT)."""
+    logs = np.log(np.asarray(values, dtype=float))
+    logs -= logs.mean() if len(logs) else 0.0  # centred: sums of squares stay exact
     n = len(logs)
     if n < 2:
         return [0] * n
@@ -80,15 +83,13 @@ def segments(logs: np.ndarray, sigma: float | None = None) -> list[int]:
     last = np.zeros(n + 1, dtype=np.int64)
     cands = np.array([0], dtype=np.int64)
     for t in range(1, n + 1):
-        length = t - cands
         seg = s1[t] - s1[cands]
-        cost = (s2[t] - s2[cands]) - seg * seg / length
-        total = f[cands] + cost + beta
-        k = int(np.argmin(total))
-        f[t] = total[k]
+        fc = f[cands] + (s2[t] - s2[cands]) - seg * seg / (t - cands)
+        k = int(fc.argmin())
+        best = float(fc[k])
+        f[t] = best + beta
         last[t] = cands[k]
-        keep = f[cands] + cost <= f[t]
-        cands = np.append(cands[keep], t)
+        cands = np.append(cands[fc <= f[t]], t)
     starts = []
     t = n
     while t > 0:
@@ -97,11 +98,12 @@ def segments(logs: np.ndarray, sigma: float | None = None) -> list[int]:
     return starts[::-1]
 
 
-def steps(values: Sequence[float], direction: Direction, threshold: float = 0.05
-          ) -> list[Step]:
-    """Every change of level in ``values`` (positive numbers, oldest first)."""
+def steps(values: Sequence[float], direction: Direction, threshold: float = 0.05, *,
+          starts: list[int] | None = None) -> list[Step]:
+    """Every change of level in ``values`` (positive numbers, oldest first);
+    ``starts``: their :func:`segments` when already known."""
     logs = np.log(np.asarray(values, dtype=float))
-    starts = segments(logs)
+    starts = segments(values) if starts is None else starts
     bounds = [*starts, len(logs)]
     levels = [float(np.mean(logs[a:b])) for a, b in itertools.pairwise(bounds)]
     out = []
@@ -138,10 +140,11 @@ def lookback(values: Sequence[float], direction: Direction, threshold: float = 0
 
 
 def check_newest(values: Sequence[float], direction: Direction, threshold: float = 0.05,
-                 window: int = 20, z_min: float = 3.0) -> Finding | None:
+                 window: int = 20, z_min: float = 3.0, *, starts: list[int] | None = None
+                 ) -> Finding | None:
     """Did the newest value regress beyond ``threshold``? A step into the newest
     level is preferred (it says since when); else the lookback z-score decides."""
-    found = steps(values, direction, threshold)
+    found = steps(values, direction, threshold, starts=starts)
     if found and found[-1].regression:
         last = found[-1]
         newest = math.log(values[-1])
