@@ -5,7 +5,9 @@ Two detectors, as the trusted tools do (see notes/statistics.md, "History"):
 - **steps** (asv-style): a piecewise-constant fit of the log values by optimal
   partitioning with a penalty per segment (solved exactly with PELT pruning; L2
   cost on log values, where asv uses L1, so that each step is one vectorized
-  numpy pass). The noise level is estimated robustly from successive
+  numpy pass). A level lasts at least two runs, except the newest one (so that
+  one odd run cannot split a step in two, yet a regression shows in the first run
+  that has it). The noise level is estimated robustly from successive
   differences. A step between two segments whose levels differ by more than the
   threshold, in the metric's bad direction, is a regression.
 - **lookback z-score** (Conbench-style): the newest value against the previous
@@ -83,13 +85,19 @@ def segments(values: Sequence[float], sigma: float | None = None) -> list[int]:
     last = np.zeros(n + 1, dtype=np.int64)
     cands = np.array([0], dtype=np.int64)
     for t in range(1, n + 1):
-        seg = s1[t] - s1[cands]
-        fc = f[cands] + (s2[t] - s2[cands]) - seg * seg / (t - cands)
+        # a level lasts at least two values, except the newest (a fresh regression)
+        ok = cands <= t - 2 if t < n else np.ones(len(cands), dtype=bool)
+        if not ok.any():
+            f[t] = np.inf
+            cands = np.append(cands, t)
+            continue
+        c = cands[ok]
+        seg = s1[t] - s1[c]
+        fc = f[c] + (s2[t] - s2[c]) - seg * seg / (t - c)
         k = int(fc.argmin())
-        best = float(fc[k])
-        f[t] = best + beta
-        last[t] = cands[k]
-        cands = np.append(cands[fc <= f[t]], t)
+        f[t] = float(fc[k]) + beta
+        last[t] = c[k]
+        cands = np.append(np.concatenate((c[fc <= f[t]], cands[~ok])), t)
     starts = []
     t = n
     while t > 0:
