@@ -342,3 +342,19 @@ def test_report_is_the_same_as_the_run_wrote(two_runs: tuple[Path, list[str]]) -
     from abbench.report import render_markdown
 
     assert render_markdown(run_table(run)) == (run.path / "report.md").read_text()
+
+
+def test_ls_shows_every_status(results: Path) -> None:
+    make_run(results, 0, {"base": [100.0], "cand": [110.0]})
+    make_run(results, 1, {"base": [100.0], "cand": [110.0]}, status="interrupted")
+    failed = make_run(results, 2, {"base": [100.0], "cand": [110.0]}, status="failed")
+    failed.append({"type": "slot", "arm": "cand", "round": 1, "status": "failed",
+                   "reason": "server exited"})
+    failed.append({"type": "sample", "arm": "cand", "round": 1, "rep": 0, "valid": False,
+                   "status": "failed", "workload": "decode 1K", "metrics": {}})
+    code, out, _ = cli("ls", "--results", results)
+    lines = out.splitlines()[1:]
+    assert code == 0 and len(lines) == 3
+    assert " complete " in lines[0] and " interrupted " in lines[1]
+    assert "failed (1 failed slot(s), 1 invalid sample(s))" in lines[2]
+    assert "2026-11-02 09:00" in lines[1]
