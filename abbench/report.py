@@ -252,6 +252,7 @@ def render_csv(table: Table) -> str:
     field of the comparison against the baseline (``cmp_*``)."""
     import csv
     import io
+    from dataclasses import asdict
 
     cmp_fields = sorted({k for r in table.rows for c in r.cells.values() if c.comparison
                          for k in asdict(c.comparison)})

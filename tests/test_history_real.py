@@ -59,7 +59,7 @@ def test_two_real_runs_then_every_history_command(real_parts: dict[str, str], tm
     assert code == 0 and "not interleaved" in out
     row = next(line for line in out.splitlines() if line.startswith("| decode 256"))
     if "no data" not in row:  # the second run's f16 carries its delta against the first
-        assert row.count("%") == 1
+        assert "%" in row
 
     png = tmp_path / "history.png"
     code, _, err = cli("history", "--results", results, "--metric", "decode_tok_s",
