@@ -245,3 +245,31 @@ def render_json(table: Table) -> str:
         "footer": table.footer,
     }
     return json.dumps(out, indent=2, default=str) + "\n"
+
+
+def render_csv(table: Table) -> str:
+    """One line per (row, arm): its per-round values and, for the other arms, every
+    field of the comparison against the baseline (``cmp_*``)."""
+    import csv
+    import io
+    from dataclasses import asdict
+
+    cmp_fields = sorted({k for r in table.rows for c in r.cells.values() if c.comparison
+                         for k in asdict(c.comparison)})
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["run_id", "workload", "metric", "label", "unit", "direction", "arm",
+                "arm_label", "is_baseline", "rounds", "values", "mean", "min", "max",
+                *(f"cmp_{k}" for k in cmp_fields)])
+    for r in table.rows:
+        for arm in table.arms:
+            c = r.cells.get(arm)
+            if c is None:
+                continue
+            cmp = asdict(c.comparison) if c.comparison else {}
+            w.writerow([table.run_id, r.workload, r.metric, r.label, r.spec.unit,
+                        r.spec.direction, arm, table.labels[arm], arm == table.baseline,
+                        ";".join(map(str, c.rounds)), ";".join(repr(v) for v in c.values),
+                        repr(c.mean), repr(min(c.values)), repr(max(c.values)),
+                        *(cmp.get(k, "") for k in cmp_fields)])
+    return buf.getvalue()
