@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from abbench import stats
+from abbench.collectors.drift import collector_notes
 from abbench.metrics import MetricSpec, spec
 
 
@@ -113,6 +114,7 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
     table = Table(run_id=meta["id"], arms=arms, labels=labels, baseline=base, rows=rows,
                   header=_header(meta), failed_slots=failed, invalid=dict(invalid))
     table.footer = _footer(records, meta)
+    table.notes += collector_notes(records)  # unavailable metrics, drift signals
     return table
 
 

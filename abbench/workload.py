@@ -22,7 +22,7 @@ import requests
 
 from abbench.config import ResolvedArm, Workload
 from abbench.errors import RequestError
-from abbench.presets import get_preset
+from abbench.presets import arm_preset
 
 _WORDS = (  # noqa: SIM905 - one word list, kept readable
     "the of and to in is was that for on as with by at from his her which this be are "
@@ -150,7 +150,7 @@ class Client:
     def __init__(self, base_url: str, arm: ResolvedArm):
         self.base_url = base_url
         self.arm = arm
-        self.preset = get_preset(arm.preset)
+        self.preset = arm_preset(arm)
         self.session = requests.Session()
         self._prefix: list[int] | None = None
 
