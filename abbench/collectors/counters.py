@@ -46,23 +46,25 @@ def counter_value(text: str, name: str, labels: dict[str, str] | None = None) ->
     KeyError with the reason."""
     base = _base_name(name)
     labels = labels or {}
+    total, named, found = 0.0, False, False
     for fam in text_string_to_metric_families(text):
         if fam.name not in (base, name):
             continue
+        named = True
         if fam.type not in ("counter", "unknown"):
             raise KeyError(f"{name} is a {fam.type}, not a counter (# TYPE); a per-token "
                            "rate needs a counter")
-        total, found = 0.0, False
         for s in fam.samples:
             ours = s.name in (base + "_total", name) or (fam.type == "unknown"
                                                          and s.name == base)
             if ours and all(s.labels.get(k) == v for k, v in labels.items()):
                 total += s.value
                 found = True
-        if not found:
-            raise KeyError(f"{name}: no series with labels {labels}")
-        return total
-    raise KeyError(f"{name} is not among the server's metrics")
+    if not named:
+        raise KeyError(f"{name} is not among the server's metrics")
+    if not found:
+        raise KeyError(f"{name}: no series with labels {labels}")
+    return total
 
 
 def rate_of(delta: float, denominator: float | None) -> float | None:

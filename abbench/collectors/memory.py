@@ -66,7 +66,20 @@ class Nvml:
         return total, seen
 
     def device_bytes(self) -> int:
-        return sum(int(self.mod.nvmlDeviceGetMemoryInfo(h).used) for h in self.handles)
+        """Device memory in use, as nvidia-smi counts it: the v2 query, whose ``used``
+        leaves out the driver's reserved memory (v1's includes it: about 615 MiB more
+        on an H200); v1 where the driver or bindings lack v2."""
+        total = 0
+        v2 = getattr(self.mod, "nvmlMemory_v2", None)
+        for h in self.handles:
+            info = None
+            if v2 is not None:
+                with contextlib.suppress(Exception):
+                    info = self.mod.nvmlDeviceGetMemoryInfo(h, version=v2)
+            if info is None:
+                info = self.mod.nvmlDeviceGetMemoryInfo(h)
+            total += int(info.used)
+        return total
 
     def shutdown(self) -> None:
         with contextlib.suppress(Exception):
