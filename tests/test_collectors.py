@@ -21,7 +21,9 @@ from abbench.collectors.drift import collector_notes, drift_report, read_signals
 from abbench.collectors.memory import MIB, Peaks, TreeSampler, open_nvml, summarize
 from abbench.config import config_from_data, load_config
 from abbench.errors import ConfigError
+from abbench.metrics import METRICS
 from abbench.presets import PRESETS, arm_preset, with_overrides
+from abbench.report import build_table, render_markdown
 from abbench.runner import Campaign, RunOptions
 from tests.conftest import no_process_left, refserver_start, write_arms
 
@@ -308,7 +310,8 @@ def test_a_run_with_collectors_records_rows_and_unavailable_vram(
         collectors:
           - {{kind: vram, period_ms: 10}}
           - {{kind: prometheus}}
-          - {{kind: response_field, name: misses_per_token_timings}}
+          - {{kind: response_field, name: misses_per_token_timings,
+             label: misses/token (timings)}}
           - {{kind: drift, period_s: 0.2}}
     """)
     cfg = load_config(arms)
@@ -338,3 +341,7 @@ def test_a_run_with_collectors_records_rows_and_unavailable_vram(
                 "| peak RSS (MiB) |"):
         assert row in md
     assert "Unavailable: peak_vram_mib" in md and "Drift signals" in md
+    # a metric of the user's own keeps its label when the report is rebuilt from disk
+    METRICS.pop("misses_per_token_timings", None)
+    rebuilt = render_markdown(build_table(out.run.records(), out.run.meta()))
+    assert "| decode 256 misses/token (timings) |" in rebuilt

@@ -28,6 +28,16 @@ def ensure_spec(name: str, label: str | None, unit: str, direction: str) -> None
                             "lower" if direction == "lower" else "higher"))
 
 
+def register_stored_specs(records: list[dict[str, Any]]) -> None:
+    """Register the specs that collector records carry, so that a report rebuilt
+    from a stored run labels a metric of the user's own as the run did."""
+    for r in records:
+        sp = r.get("spec")
+        if r.get("collector") and isinstance(sp, dict) and sp.get("name"):
+            ensure_spec(sp["name"], sp.get("label"), sp.get("unit", ""),
+                        sp.get("direction", "higher"))
+
+
 def base_fields(ctx: SlotContext) -> dict[str, Any]:
     s = ctx.slot
     return {"slot": s.index, "arm": s.arm, "round": s.round, "position": s.position}

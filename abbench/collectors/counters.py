@@ -96,6 +96,9 @@ class _RateCollector(Collector):
     def _store(self, ctx: SlotContext, row: str, value: float | None, why: str | None,
                window: str = "workload", **detail: Any) -> None:
         name = self.settings.name
+        s = self.settings
+        detail["spec"] = {"name": name, "label": s.label, "unit": s.unit,
+                          "direction": s.direction}
         if value is None:
             record_window(ctx, collector=self.name, window=window, workload=row, metrics={},
                           unavailable={name: why or "no value"}, **detail)
