@@ -53,7 +53,9 @@ PRESETS: dict[str, Preset] = {
         tokenize_path="/tokenize",
         tokenize_field="content",
         props_path="/props",
-        flush_path=None,  # per request: cache_prompt false
+        # per request: cache_prompt false; POST /slots/0?action=erase empties the
+        # slot's cache only when the server runs with --slot-save-path
+        flush_path=None,
         request_extra={"n_predict": None, "cache_prompt": False},
         prepend_bos=True,
         metric_names={

@@ -25,11 +25,15 @@ pytestmark = pytest.mark.real
 def test_counter_rates_match_the_servers_own_timings(real_parts: dict[str, str],
                                                      tmp_path: Path, results: Path) -> None:
     tag = f"abbench-collectors-{tmp_path.name}"
-    argv = llama_start(real_parts, "--alias", tag, "--metrics", ctx=1024)
+    argv = llama_start(real_parts, "--alias", tag, "--metrics", "--slot-save-path",
+                       str(tmp_path), ctx=1024)
     arms = write_arms(tmp_path / "arms.yaml", f"""
         rounds: 1
         warmup: 1
-        defaults: {{preset: llama.cpp, ready: {{timeout: 120}}}}
+        defaults:
+          preset: llama.cpp
+          ready: {{timeout: 120}}
+          preset_fields: {{flush_path: "/slots/0?action=erase"}}
         arms:
           - {{name: a, start: {json.dumps(argv)}}}
           - {{name: b, start: {json.dumps(argv)}}}
@@ -37,6 +41,7 @@ def test_counter_rates_match_the_servers_own_timings(real_parts: dict[str, str],
           - contexts: [256, 512]
             decode_tokens: 32
         collectors:
+          - {{kind: flush}}
           - {{kind: rss, period_ms: 20}}
           - {{kind: prometheus}}
           - kind: prometheus
@@ -83,6 +88,8 @@ def test_counter_rates_match_the_servers_own_timings(real_parts: dict[str, str],
                 and r.get("collector") == "rss" and r.get("window") == "workload"]
         assert len(life) == 1 and all(life[0] >= v for v in rows)
     assert checked >= 1
+    flushes = [r for r in recs if r["type"] == "flush" and r["slot"] in slots_ok]
+    assert len(flushes) == 2 * len(slots_ok) and all(r["ok"] for r in flushes)
     assert "| decode 256 misses/token |" in out.report_md
     assert "| peak RSS (MiB) |" in out.report_md
 

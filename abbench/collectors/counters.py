@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from abbench.collectors.base import (
     Collector,
     WindowState,
+    base_fields,
     decoded_tokens,
     dig,
     ensure_spec,
@@ -21,6 +22,7 @@ from abbench.collectors.base import (
     window_samples,
 )
 from abbench.collectors.settings import (
+    FlushSettings,
     LogRegexSettings,
     PrometheusSettings,
     ResponseFieldSettings,
@@ -314,3 +316,34 @@ class LogRegexCollector(_RateCollector):
             return
         self._store(ctx, state.row, rate_of(delta, per), "the denominator was 0",
                     matches=len(values), delta=delta, per=per)
+
+
+# ----------------------------------------------------------------- cache flush
+
+
+class FlushCollector(Collector):
+    """Empties the prefix cache as each workload window opens; records the outcome."""
+
+    name = "flush"
+
+    def __init__(self, settings: FlushSettings):
+        self.settings = settings
+
+    def begin_window(self, ctx: SlotContext, row: str) -> None:
+        path = self.settings.path or arm_preset(ctx.arm).flush_path
+        rec: dict[str, Any] = {**base_fields(ctx), "type": "flush", "workload": row,
+                               "path": path}
+        if not path:
+            rec.update(ok=False, reason=f"preset {ctx.arm.preset} has no flush endpoint "
+                       "(set path: or preset_fields.flush_path)")
+        else:
+            try:
+                r = requests.request(self.settings.method, ctx.server.base_url + path,
+                                     timeout=60)
+                rec.update(ok=r.status_code == 200, status=r.status_code)
+                if r.status_code != 200:
+                    rec["reason"] = f"HTTP {r.status_code}: {r.text[:200]}"
+            except requests.RequestException as e:
+                rec.update(ok=False, reason=f"{type(e).__name__}: {e}")
+        ctx.record(rec)
+        return None

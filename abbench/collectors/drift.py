@@ -183,6 +183,11 @@ def collector_notes(records: list[dict[str, Any]]) -> list[str]:
             periods.add(float(r["period_ms"]))
     for metric, reasons in why.items():
         out.append(f"Unavailable: {metric}: {'; '.join(sorted(reasons))}.")
+    flushes = [r for r in records if r.get("type") == "flush"]
+    failed = [r for r in flushes if not r.get("ok")]
+    if flushes:
+        out.append(f"Cache flushes: {len(flushes) - len(failed)} of {len(flushes)} succeeded"
+                   + (f" (failed: {failed[0].get('reason')})." if failed else "."))
     if periods:
         out.append("Memory peaks: sampled every " + ", ".join(f"{p:g}" for p in
                    sorted(periods)) + " ms over the server's whole process tree; spikes "

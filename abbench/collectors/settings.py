@@ -117,8 +117,18 @@ class DriftSettings(_Frozen):
                             "by more than this percent")
 
 
+class FlushSettings(_Frozen):
+    """Not a metric: empty the server's prefix cache (the preset's flush_path) as each
+    workload window opens, so that the collectors listed after it count from a cold
+    cache. Each flush is recorded with its HTTP status."""
+
+    kind: Literal["flush"]
+    path: str | None = Field(None, description="default: the preset's flush_path")
+    method: Literal["POST", "GET"] = "POST"
+
+
 CollectorSettings = Annotated[
     VramSettings | RssSettings | PrometheusSettings | ResponseFieldSettings | LogRegexSettings
-    | DriftSettings,
+    | DriftSettings | FlushSettings,
     Field(discriminator="kind"),
 ]

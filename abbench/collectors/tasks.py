@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from abbench.collectors.base import Collector, WindowState
 from abbench.collectors.counters import (
+    FlushCollector,
     LogRegexCollector,
     PrometheusCollector,
     ResponseFieldCollector,
@@ -20,6 +21,7 @@ from abbench.collectors.memory import MemoryCollector
 from abbench.collectors.settings import (
     CollectorSettings,
     DriftSettings,
+    FlushSettings,
     LogRegexSettings,
     PrometheusSettings,
     ResponseFieldSettings,
@@ -41,6 +43,8 @@ def make_collector(s: CollectorSettings) -> Collector:
         return ResponseFieldCollector(s)
     if isinstance(s, LogRegexSettings):
         return LogRegexCollector(s)
+    if isinstance(s, FlushSettings):
+        return FlushCollector(s)
     assert isinstance(s, DriftSettings)
     return DriftCollector(s)
 
