@@ -179,7 +179,7 @@ class Config(_Frozen):
     # -- collectors (VRAM, RSS, counters, drift signals): fields below this line
     collectors: list[CollectorSettings] = Field(
         default_factory=list, description="extra metrics: vram, rss, prometheus, "
-        "response_field, log_regex, drift (abbench/collectors/settings.py)")
+        "response_field, log_regex, drift, flush (abbench/collectors/settings.py)")
 
     # -- quality and fingerprints: fields below this line
 
