@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from abbench.collectors.settings import CollectorSettings
 from abbench.errors import ConfigError
 
 SCHEMA_VERSION = 1
@@ -97,6 +98,9 @@ class ServerSpec(_Frozen):
     props_path: str | None = None
     request_extra: dict[str, Any] | None = Field(
         None, description="fields merged into every completion request")
+    preset_fields: dict[str, Any] | None = Field(
+        None, description="overrides of other preset fields (metrics_path, flush_path, "
+        "misses_counter, cached_tokens_fields, ...): abbench/presets.py lists them")
 
     @field_validator("env", mode="before")
     @classmethod
@@ -173,6 +177,9 @@ class Config(_Frozen):
     # -- statistics (verdicts, noise band, until-ci): fields below this line
 
     # -- collectors (VRAM, RSS, counters, drift signals): fields below this line
+    collectors: list[CollectorSettings] = Field(
+        default_factory=list, description="extra metrics: vram, rss, prometheus, "
+        "response_field, log_regex, drift, flush (abbench/collectors/settings.py)")
 
     # -- quality and fingerprints: fields below this line
 
@@ -242,6 +249,7 @@ class ResolvedArm(_Frozen):
     completions_path: str
     props_path: str | None
     request_extra: dict[str, Any]
+    preset_fields: dict[str, Any] = Field(default_factory=dict)
 
     def command(self, placeholders: Mapping[str, str]) -> list[str]:
         """The argv to execute, with placeholders substituted into each item."""
@@ -275,7 +283,7 @@ def substitute(template: str, values: Mapping[str, str], *, where: str) -> str:
 
 
 def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
-    from abbench.presets import get_preset  # presets import config types
+    from abbench.presets import get_preset, with_overrides  # presets import config types
 
     d = cfg.defaults
 
@@ -304,6 +312,8 @@ def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
     if not cwd.is_absolute():
         cwd = cfg.base_dir / cwd
     extra = {**preset.request_extra, **(d.request_extra or {}), **(arm.request_extra or {})}
+    preset_fields = {**(d.preset_fields or {}), **(arm.preset_fields or {})}
+    with_overrides(preset, preset_fields, where=f"{where}.preset_fields")  # fail early
     return ResolvedArm(
         name=arm.name,
         label=arm.label or arm.name,
@@ -322,6 +332,7 @@ def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
         completions_path=pick("completions_path") or preset.completions_path,
         props_path=pick("props_path") or preset.props_path,
         request_extra=extra,
+        preset_fields=preset_fields,
     )
 
 

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from abbench import stats
+from abbench.collectors.base import register_stored_specs
+from abbench.collectors.drift import collector_notes
 from abbench.metrics import MetricSpec, spec
 
 
@@ -91,6 +93,7 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
         raise ConfigError(f"baseline {base!r} is not an arm of run {meta['id']}",
                           hint=f"arms: {', '.join(arms)}")
     arms = [base] + [a for a in arms if a != base]
+    register_stored_specs(records)  # labels of collectors' metrics of the user's own
     values = _round_values(records)
     rows: list[Row] = []
     for (workload, metric), by_arm in values.items():
@@ -113,6 +116,7 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
     table = Table(run_id=meta["id"], arms=arms, labels=labels, baseline=base, rows=rows,
                   header=_header(meta), failed_slots=failed, invalid=dict(invalid))
     table.footer = _footer(records, meta)
+    table.notes += collector_notes(records)  # unavailable metrics, drift signals
     return table
 
 

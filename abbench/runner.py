@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from abbench import __version__
 from abbench.arms import Server, start_server
+from abbench.collectors.tasks import collector_tasks, workload_window
 from abbench.config import (
     Config,
     ResolvedArm,
@@ -273,11 +274,12 @@ class Campaign:
                     self._warmup(slot, arm, server, client, prompts)
                 for context in workload.contexts:
                     row = workload.row_name(context)
-                    for rep in range(self.cfg.reps):
-                        self.progress.slot(slot.index, arm.name, slot.round,
-                                           f"{row} rep {rep + 1}/{self.cfg.reps}")
-                        self._one_decode(slot, arm, server, client, prompts, workload, context,
-                                         row, rep, base)
+                    with workload_window(self.tasks, ctx, row):  # collectors' windows
+                        for rep in range(self.cfg.reps):
+                            self.progress.slot(slot.index, arm.name, slot.round,
+                                               f"{row} rep {rep + 1}/{self.cfg.reps}")
+                            self._one_decode(slot, arm, server, client, prompts, workload,
+                                             context, row, rep, base)
             for task in self.tasks:
                 if not task.cold:
                     self._task(task, ctx)
@@ -332,6 +334,7 @@ def default_tasks(cfg: Config) -> list[SlotTask]:
     """The slot tasks a config asks for, in the order they run."""
     tasks: list[SlotTask] = []
     # -- collectors' tasks below this line
+    tasks += collector_tasks(cfg)
 
     # -- quality and fingerprint tasks below this line
 

@@ -26,6 +26,8 @@ def compare(base: dict[int, float], arm: dict[int, float]) -> Comparison | None:
     if not base or not arm:
         return None
     b, a = list(base.values()), list(arm.values())
+    if statistics.fmean(b) == 0:  # a count that is 0 in the baseline: no percent change
+        return None
     delta = (statistics.fmean(a) / statistics.fmean(b) - 1) * 100
     overlap = min(a) <= max(b) and min(b) <= max(a)
     paired = len(set(base) & set(arm))

@@ -24,7 +24,7 @@ from urllib3.util.retry import Retry
 
 from abbench.config import ResolvedArm, Workload
 from abbench.errors import RequestError
-from abbench.presets import get_preset
+from abbench.presets import arm_preset
 
 _WORDS = (  # noqa: SIM905 - one word list, kept readable
     "the of and to in is was that for on as with by at from his her which this be are "
@@ -165,7 +165,7 @@ class Client:
     def __init__(self, base_url: str, arm: ResolvedArm):
         self.base_url = base_url
         self.arm = arm
-        self.preset = get_preset(arm.preset)
+        self.preset = arm_preset(arm)
         self.session = new_session()
         self._prefix: list[int] | None = None
 
