@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from abbench.errors import ConfigError
+from abbench.quality_config import FingerprintConfig, QualityConfig
 
 SCHEMA_VERSION = 1
 
@@ -175,6 +176,9 @@ class Config(_Frozen):
     # -- collectors (VRAM, RSS, counters, drift signals): fields below this line
 
     # -- quality and fingerprints: fields below this line
+    quality: QualityConfig | None = Field(None, description="quality checks (abbench.quality)")
+    fingerprints: FingerprintConfig | None = Field(
+        None, description="greedy-output fingerprints of prompt sets (abbench.fingerprints)")
 
     # -- end of extension fields
     # Set by load_config: where the file was, for relative paths and messages.
