@@ -86,7 +86,7 @@ class FingerprintTask:
         self.fc = fc
         self.cold = cold
         self.name = "fingerprints (cold)" if cold else "fingerprints (warm)"
-        self.refs = fc.refs()
+        self.refs = fc.sets
         self.files = {i: load_item_file(set_path(cfg, r), PromptItem, key="prompts")
                       for i, r in enumerate(self.refs) if r.nonce is None}
         names = [r.name or self.files[i].name for i, r in enumerate(self.refs)]
@@ -102,13 +102,13 @@ class FingerprintTask:
                 assert ref.name is not None
                 seed = ref.nonce.seed if ref.nonce.seed is not None else run_seed
                 made = nonce_prompts(ref.nonce, seed)
-                out.append(PromptSet(ref.name, "nonce", self.fc.max_tokens,
+                out.append(PromptSet(ref.name, "nonce", self.fc.max_tokens or 32,
                                      [p for p, _ in made], {p.id or "": n for p, n in made},
                                      seed))
             else:
                 f = self.files[i]
                 out.append(PromptSet(ref.name or f.name, str(f.path),
-                                     f.max_tokens or self.fc.max_tokens, f.items))
+                                     self.fc.max_tokens or f.max_tokens or 32, f.items))
         return out
 
     def run(self, ctx: Any) -> None:

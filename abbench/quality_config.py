@@ -6,9 +6,9 @@ these models without a cycle.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Frozen(BaseModel):
@@ -54,6 +54,8 @@ class PromptSetRef(_Frozen):
 
     @model_validator(mode="after")
     def _one_source(self) -> PromptSetRef:
+        if self.nonce is not None and not self.name:
+            raise ValueError("a nonce prompt set needs a name")
         if self.path is not None and self.nonce is not None:
             raise ValueError("a prompt set is a path or nonce:, not both")
         if self.path is None and not self.name:
@@ -65,23 +67,21 @@ class PromptSetRef(_Frozen):
 class FingerprintConfig(_Frozen):
     """Greedy-output fingerprints of named prompt sets, per arm and round."""
 
-    sets: list[PromptSetRef | str] = Field(min_length=1, description="prompt sets: a name "
-                                           "(prompts/NAME.yaml beside the arms file), a path, "
-                                           "or {name, nonce: {count, seed, words}}")
-    max_tokens: int = Field(32, ge=1, description="decode length of every prompt (greedy)")
+    sets: list[PromptSetRef] = Field(min_length=1, description="prompt sets: a name "
+                                     "(prompts/NAME.yaml beside the arms file), a path, or "
+                                     "{name, nonce: {count, seed, words}}")
+    max_tokens: int | None = Field(None, ge=1, description="decode length of every prompt "
+                                   "(greedy); default: the set file's max_tokens, else 32")
     warm: bool = Field(False, description="also a warm pass after the workloads")
     chat_path: str = "/v1/chat/completions"
 
-    def refs(self) -> list[PromptSetRef]:
-        out = []
-        for s in self.sets:
-            if isinstance(s, PromptSetRef):
-                out.append(s)
-            elif s.endswith((".yaml", ".yml", ".jsonl", ".json")):
-                out.append(PromptSetRef(path=s))
-            else:
-                out.append(PromptSetRef(name=s))
-        return out
+    @field_validator("sets", mode="before")
+    @classmethod
+    def _strings_to_refs(cls, v: Any) -> Any:
+        if not isinstance(v, list):
+            return v
+        return [({"path": s} if s.endswith((".yaml", ".yml", ".jsonl")) else {"name": s})
+                if isinstance(s, str) else s for s in v]
 
 
 # ------------------------------------------------------------ suite/set files

@@ -248,7 +248,8 @@ def render_section(table: Table) -> list[str]:
         lines += ["", f"Positions are where the outputs start to differ; `abbench diff "
                   f"{table.run_id} --set NAME --arm A --arm B` shows them side by side."]
     if q.failed_items:
-        lines += ["", "Failed quality items (the output that failed, first failing round):"]
+        lines += ["", f"<details><summary>Failed quality items ({len(q.failed_items)}): "
+                  "the output that failed, from the first failing round</summary>", ""]
         for (arm, suite, item), recs in sorted(q.failed_items.items(),
                                               key=lambda kv: (table.arms.index(kv[0][0])
                                                               if kv[0][0] in table.arms else 99,
@@ -259,6 +260,7 @@ def render_section(table: Table) -> list[str]:
                          f"{md_escape(item)}` (round {rounds}): "
                          f"{md_escape(first.get('verdict') or 'fail')}; output "
                          f"{md_escape(_short(first.get('output')))}")
+        lines += ["", "</details>"]
     for r in q.command_failures:
         lines.append(f"Quality command failed: arm {md_escape(r['arm'])}, round {r['round']}: "
                      f"{md_escape(r.get('error') or '?')} (stderr: {md_escape(r.get('stderr'))}).")
