@@ -49,11 +49,7 @@ def generate(client: Client, *, prompt: str | None = None, messages: list[Messag
     else:
         body["logprobs"] = 1
         path = client.arm.completions_path
-    try:
-        r = client.session.post(client.base_url + path, json=body,
-                                timeout=(10, timeout or client.arm.request_timeout))
-    except requests.RequestException as e:
-        raise RequestError(f"connection failed: {type(e).__name__}: {e}", where=path) from None
+    r = _post(client, path, body, timeout or client.arm.request_timeout)
     if r.status_code != 200:
         hint = ("the server has no chat endpoint: give the item a prompt: instead of "
                 "messages:, or set quality.chat_path" if messages is not None and
@@ -73,6 +69,23 @@ def generate(client: Client, *, prompt: str | None = None, messages: list[Messag
     return Generation(text=text, tokens=_tokens(choice.get("logprobs")),
                       completion_tokens=int(ct) if ct is not None else None,
                       finish_reason=choice.get("finish_reason"))
+
+
+def _post(client: Client, path: str, body: dict[str, Any], timeout: float) -> requests.Response:
+    """POST once more when a kept-alive connection turns out closed: llama.cpp closes a
+    connection after a streamed response, and a request sent before the close is seen
+    fails with RemoteDisconnected (a greedy request is safe to repeat)."""
+    for attempt in (1, 2):
+        try:
+            return client.session.post(client.base_url + path, json=body, timeout=(10, timeout))
+        except requests.ConnectionError as e:
+            if attempt == 2 or isinstance(e, requests.Timeout):
+                raise RequestError(f"connection failed: {type(e).__name__}: {e}",
+                                   where=path) from None
+        except requests.RequestException as e:
+            raise RequestError(f"connection failed: {type(e).__name__}: {e}",
+                               where=path) from None
+    raise AssertionError("unreachable")
 
 
 def _tokens(logprobs: Any) -> list[int | str]:
