@@ -307,6 +307,27 @@ def render_score_cell(row: Row, arm: str) -> str:
     return text
 
 
+def to_json(q: QualitySummary | None) -> dict[str, Any] | None:
+    """The summary for report.json: fingerprints, stability inputs, differing prompts."""
+    if q is None or q.empty:
+        return None
+    return {
+        "sets": [{"name": s.name, "prompts": s.prompts, "max_tokens": s.max_tokens,
+                  "fingerprints": s.fingerprints,
+                  "against_baseline": [
+                      {"arm": c.arm, "compared": c.compared, "differ": len(c.diffs),
+                       "prompts": [{"id": d.id, "char": d.char, "token": d.token}
+                                   for d in c.diffs]} for c in s.comparisons]}
+                 for s in q.sets],
+        "failed_items": [{"arm": arm, "suite": suite, "id": item,
+                          "rounds": [r["round"] for r in recs],
+                          "verdict": recs[0].get("verdict"), "output": recs[0].get("output")}
+                         for (arm, suite, item), recs in q.failed_items.items()],
+        "command_failures": [{"arm": r["arm"], "round": r["round"], "error": r.get("error")}
+                             for r in q.command_failures],
+    }
+
+
 # ------------------------------------------------------------------------ diff
 
 

@@ -252,5 +252,6 @@ def render_json(table: Table) -> str:
         "failed": [{"arm": f["arm"], "round": f["round"], "reason": f.get("reason")}
                    for f in table.failed_slots],
         "footer": table.footer,
+        "quality": quality_report.to_json(table.quality),
     }
     return json.dumps(out, indent=2, default=str) + "\n"

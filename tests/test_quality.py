@@ -286,3 +286,13 @@ def test_diff_text_marks_the_divergence() -> None:
 def test_prompt_item_needs_one_prompt() -> None:
     with pytest.raises(ValueError, match="exactly one of prompt"):
         PromptItem(id="x")
+
+
+def test_report_json_carries_the_comparison() -> None:
+    from abbench.report import render_json
+
+    data = json.loads(render_json(build_table(_records(), META)))
+    (s,) = data["quality"]["sets"]
+    assert s["name"] == "s" and s["against_baseline"][0]["differ"] == 2
+    assert s["against_baseline"][0]["prompts"][0] == {"id": "p1", "char": 4, "token": 2}
+    assert data["quality"]["failed_items"][0]["id"] == "multiply"
