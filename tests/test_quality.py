@@ -296,3 +296,16 @@ def test_report_json_carries_the_comparison() -> None:
     assert s["name"] == "s" and s["against_baseline"][0]["differ"] == 2
     assert s["against_baseline"][0]["prompts"][0] == {"id": "p1", "char": 4, "token": 2}
     assert data["quality"]["failed_items"][0]["id"] == "multiply"
+
+
+def test_failed_command_and_invalid_score_are_reported() -> None:
+    recs = [_score("a", 0, 3, 5),
+            {"type": "quality_command", "arm": "b", "round": 0, "error": "exited with code 3",
+             "stdout": "quality/b-r0.stdout", "stderr": "quality/b-r0.stderr"},
+            {"type": "sample", "workload": "server", "arm": "b", "round": 0, "valid": False,
+             "status": "failed", "metrics": {}, "reason": "quality command exited with code 3"}]
+    md = render_markdown(build_table(recs, META))
+    assert ("Quality command failed: arm b, round 0: exited with code 3 "
+            "(stderr: quality/b-r0.stderr).") in md
+    assert "| quality score | 3/5 | no data |" in md
+    assert "Invalid samples (wrong token count or failed; left out): B: 1." in md

@@ -129,20 +129,25 @@ def test_kv_q4_changes_greedy_outputs(real_parts: dict[str, str], results: Path,
 fingerprints:
   sets: [three, {name: nonce, nonce: {count: 2, words: 12}}]
   max_tokens: 16
+  warm: true
 """, rounds=1)
     records, md = _run(arms, results)
     assert no_process_left(tag)
 
     texts: dict[str, dict[str, str]] = {"f16": {}, "q4": {}}
     for r in records:
-        if r["type"] == "fingerprint_output" and r["set"] == "three":
+        if r["type"] == "fingerprint_output" and r["set"] == "three" and r["pass"] == "cold":
             texts[r["arm"]][r["id"]] = r["text"]
     differ = [pid for pid in texts["f16"] if texts["f16"][pid] != texts["q4"][pid]]
     assert differ, texts  # measured: all three differ within 16 tokens
     assert f"{len(differ)} of 3 prompts differ: {differ[0]} (token " in md
-    nonces = [r for r in records if r["type"] == "fingerprint_output" and r["set"] == "nonce"]
+    nonces = [r for r in records if r["type"] == "fingerprint_output" and r["set"] == "nonce"
+              and r["pass"] == "cold"]
     assert len({(r["id"], r["nonce"], r["prompt"]) for r in nonces}) == 2  # same for both arms
     assert all(r["prompt"].startswith(f"Note {r['nonce']}.") for r in nonces)
+    warm = [r for r in records if r["type"] == "fingerprint" and r["pass"] == "warm"]
+    assert len(warm) == 4 and all(r["fingerprint"] for r in warm)
+    assert "warm pass same as cold in" in md
 
     run = list_runs(results)[0]
     res = CliRunner().invoke(app, ["diff", run.id, "--results", str(results), "--set", "three",
