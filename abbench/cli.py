@@ -257,6 +257,37 @@ def history(
 # -- quality commands (diff) below this line
 
 
+@app.command()
+def diff(
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="run id, unique prefix, "
+                                           "'latest', or a run folder")],
+    set_name: Annotated[str, typer.Option("--set", help="prompt set name")],
+    arm: Annotated[list[str], typer.Option("--arm", help="twice: --arm A --arm B")],
+    prompt: Annotated[str | None, typer.Option("--prompt", help="only this prompt id")] = None,
+    round_: Annotated[int | None, typer.Option("--round", help="this round's outputs (default: "
+                                               "each prompt's most common output)")] = None,
+    warm: Annotated[bool, typer.Option("--warm", help="the warm pass, not the cold")] = False,
+    width: Annotated[int, typer.Option("--width", min=16, help="column width")] = 48,
+    results: ResultsOpt = None,
+) -> None:
+    """Show two arms' differing greedy outputs side by side, divergence marked.
+
+    Example: abbench diff latest --set basics --arm f16 --arm q8
+    """
+    from abbench.quality_report import diff_text
+    from abbench.store import open_run
+
+    try:
+        run_ = open_run(run_ref, results or Path("results"))
+        text = diff_text(run_.records(), run_.meta(), set_name=set_name, arms=arm,
+                         prompt=prompt, pass_="warm" if warm else "cold", round_=round_,
+                         width=width)
+    except AbbenchError as e:
+        _fail(e)
+        return
+    typer.echo(text, nl=False)
+
+
 # -- end of commands
 
 

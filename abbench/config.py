@@ -29,6 +29,7 @@ from pydantic import (
 
 from abbench.collectors.settings import CollectorSettings
 from abbench.errors import ConfigError
+from abbench.quality_config import FingerprintConfig, QualityConfig
 
 SCHEMA_VERSION = 1
 
@@ -182,6 +183,9 @@ class Config(_Frozen):
         "response_field, log_regex, drift, flush (abbench/collectors/settings.py)")
 
     # -- quality and fingerprints: fields below this line
+    quality: QualityConfig | None = Field(None, description="quality checks (abbench.quality)")
+    fingerprints: FingerprintConfig | None = Field(
+        None, description="greedy-output fingerprints of prompt sets (abbench.fingerprints)")
 
     # -- end of extension fields
     # Set by load_config: where the file was, for relative paths and messages.

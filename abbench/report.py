@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from abbench import stats
+from abbench import quality_report, stats
 from abbench.collectors.base import register_stored_specs
 from abbench.collectors.drift import collector_notes
 from abbench.metrics import MetricSpec, spec
@@ -39,6 +39,9 @@ class Row:
     metric: str
     spec: MetricSpec
     cells: dict[str, Cell]
+    #: P/T rows (spec.denominator): arm -> round -> total, and the arm compared against
+    totals: dict[str, dict[int, float]] | None = None
+    baseline: str | None = None
 
     @property
     def label(self) -> str:
@@ -62,6 +65,7 @@ class Table:
     notes: list[str] = field(default_factory=list)
     failed_slots: list[dict[str, Any]] = field(default_factory=list)
     invalid: dict[str, int] = field(default_factory=dict)
+    quality: quality_report.QualitySummary | None = None
 
 
 RoundValues = dict[tuple[str, str], dict[str, dict[int, float]]]
@@ -107,6 +111,7 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
                  for arm in arms if arm in by_arm}
         rows.append(Row(workload, metric, sp, cells))
     stats.compare_rows(rows, base, noise_band=noise_band, alpha=alpha)
+    quality_report.score_rows(rows, values, base)
 
     invalid: dict[str, int] = defaultdict(int)
     for rec in records:
@@ -117,6 +122,7 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
                   header=_header(meta), failed_slots=failed, invalid=dict(invalid))
     table.footer = _footer(records, meta)
     table.notes += collector_notes(records)  # unavailable metrics, drift signals
+    table.quality = quality_report.summarize(records, arms, base)
     return table
 
 
@@ -185,6 +191,8 @@ def fmt_values(sp: MetricSpec, values: list[float]) -> str:
 
 def render_cell(row: Row, arm: str) -> str:
     cell = row.cells.get(arm)
+    if row.spec.denominator:
+        return quality_report.render_score_cell(row, arm)
     if cell is None:
         return "no data"
     text = fmt_values(row.spec, cell.values)
@@ -210,6 +218,7 @@ def render_markdown(table: Table) -> str:
         lines.append(f"Failed: arm {md_escape(f['arm'])}, round {f['round']}: "
                      f"{md_escape(f.get('reason') or 'unknown')}.")
     lines.extend(table.footer)
+    lines.extend(quality_report.render_section(table))
     details = stats.details_lines(table)
     if details:
         lines += ["", "<details><summary>Statistics per row</summary>", "", *details, "",
@@ -247,6 +256,7 @@ def render_json(table: Table) -> str:
         "failed": [{"arm": f["arm"], "round": f["round"], "reason": f.get("reason")}
                    for f in table.failed_slots],
         "footer": table.footer,
+        "quality": quality_report.to_json(table.quality),
     }
     return json.dumps(out, indent=2, default=str) + "\n"
 

@@ -337,6 +337,15 @@ def default_tasks(cfg: Config) -> list[SlotTask]:
     tasks += collector_tasks(cfg)
 
     # -- quality and fingerprint tasks below this line
+    from abbench.fingerprints import FingerprintTask
+    from abbench.quality import QualityTask
+
+    if cfg.fingerprints is not None:
+        tasks.append(FingerprintTask(cfg, cfg.fingerprints, cold=True))
+        if cfg.fingerprints.warm:
+            tasks.append(FingerprintTask(cfg, cfg.fingerprints, cold=False))
+    if cfg.quality is not None:
+        tasks.append(QualityTask(cfg, cfg.quality))
 
     # -- end of tasks
     return tasks
