@@ -116,6 +116,7 @@ class Server:
         url = self.base_url + (ready.path or "/health")
         deadline = self.started_at + ready.timeout
         session = requests.Session()
+        t_prev_ask: float | None = None
         try:
             while True:
                 if should_stop():
@@ -133,12 +134,13 @@ class Server:
                     if r.status_code == 200:
                         now = time.perf_counter()
                         self.ready_at = now
-                        # The server answered somewhere in [t_ask, now]: the lag until we
-                        # noticed is at most the poll round-trip plus one interval.
-                        self.ready_noticed_lag = now - t_ask
+                        # The server became ready after the previous (failed) poll was
+                        # sent: an upper bound of how late we noticed.
+                        self.ready_noticed_lag = now - (t_prev_ask or t_ask)
                         return now - self.started_at
                 except requests.RequestException:
                     pass
+                t_prev_ask = t_ask
                 if time.perf_counter() > deadline:
                     raise ServerError(
                         f"the server was not ready after {ready.timeout:g} s "

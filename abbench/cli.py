@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -138,8 +139,208 @@ def calibrate(
 
 # -- history commands (ls, report, compare, history) below this line
 
+ReadResultsOpt = Annotated[Path, typer.Option("--results", help="results directory")]
+
+
+class TableFormat(str, Enum):
+    md = "md"
+    json = "json"
+    csv = "csv"
+
+
+class XAxisOpt(str, Enum):
+    time = "time"
+    commit = "commit"
+
+
+def _warn(problems: list[str], most: int = 10) -> None:
+    for p in problems[:most]:
+        typer.echo(f"warning: {p}", err=True)
+    if len(problems) > most:
+        typer.echo(f"warning: ... and {len(problems) - most} more problem(s)", err=True)
+
+
+@app.command("ls")
+def ls_(
+    results: ReadResultsOpt = Path("results"),
+    label: Annotated[str | None, typer.Option(help="only runs with an arm whose label or "
+                                              "name contains this")] = None,
+    since: Annotated[str | None, typer.Option(help="only runs from this date on "
+                                              "(2026-11-29 or ISO date-time)")] = None,
+    until: Annotated[str | None, typer.Option(help="only runs up to this date "
+                                              "(inclusive for a bare date)")] = None,
+) -> None:
+    """List stored runs: date, rounds, status, arms (labels, commits), oldest first.
+
+    Example: abbench ls --label prod --since 2026-11-01
+    """
+    from abbench.history import format_runs, parse_when
+    from abbench.index import open_index
+
+    try:
+        with open_index(results) as ix:
+            runs = ix.runs(label=label, since=parse_when(since) if since else None,
+                           until=parse_when(until, end=True) if until else None)
+            problems = ix.run_errors() + ix.problems(r.id for r in runs)
+    except AbbenchError as e:
+        _fail(e)
+        return
+    _warn(problems)
+    typer.echo(format_runs(runs), nl=False)
+
+
+@app.command()
+def report(
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="run id, unique prefix, "
+                                           "'latest', or run folder")],
+    results: ReadResultsOpt = Path("results"),
+    fmt: Annotated[TableFormat, typer.Option("--format", help="md, json or csv")] =
+    TableFormat.md,
+    baseline: Annotated[str | None, typer.Option(help="arm to compare against")] = None,
+) -> None:
+    """Re-render a stored run's table from its samples alone.
+
+    Example: abbench report 20261129-2319 --format csv --baseline q8
+    """
+    from abbench.compare import render, run_table
+    from abbench.store import open_run
+
+    problems: list[str] = []
+    try:
+        table = run_table(open_run(run_ref, results), baseline=baseline, problems=problems)
+    except AbbenchError as e:
+        _fail(e)
+        return
+    _warn(problems)
+    typer.echo(render(table, fmt.value), nl=False)
+
+
+@app.command()
+def compare(
+    run_a: Annotated[str, typer.Argument(metavar="RUN_A[:ARM]", help="the baseline side; "
+                                         "ARM defaults to the run's baseline arm")],
+    run_b: Annotated[str, typer.Argument(metavar="RUN_B[:ARM]")],
+    results: ReadResultsOpt = Path("results"),
+    fmt: Annotated[TableFormat, typer.Option("--format", help="md, json or csv")] =
+    TableFormat.md,
+) -> None:
+    """Compare an arm of one run with an arm of another (rounds paired by index).
+
+    Example: abbench compare 20261128-0901:f16 20261129-2319:f16
+    """
+    from abbench.compare import compare_table, parse_run_arm, render
+
+    problems: list[str] = []
+    try:
+        table = compare_table(parse_run_arm(run_a, results), parse_run_arm(run_b, results),
+                              problems=problems)
+    except AbbenchError as e:
+        _fail(e)
+        return
+    _warn(problems)
+    if table.notes and fmt is not TableFormat.md:  # markdown carries them itself
+        _warn(table.notes)
+    typer.echo(render(table, fmt.value), nl=False)
+
+
+@app.command()
+def history(
+    results: ReadResultsOpt = Path("results"),
+    metric: Annotated[list[str] | None, typer.Option(help="metric name, repeatable "
+                                                     "(default: every table metric)")] = None,
+    workload: Annotated[list[str] | None, typer.Option(help="row name such as 'decode 1K', "
+                                                       "repeatable (default: all)")] = None,
+    label: Annotated[list[str] | None, typer.Option(help="arm label, repeatable "
+                                                    "(default: all)")] = None,
+    out: Annotated[Path | None, typer.Option(help="write the plot here (.png or .svg)")] =
+    None,
+    html: Annotated[Path | None, typer.Option(help="write DIR/index.html with every "
+                                              "metric's plot and the latest table")] = None,
+    check: Annotated[bool, typer.Option(help="exit 1 when the newest run regressed beyond "
+                                        "--threshold")] = False,
+    threshold: Annotated[float, typer.Option(min=0, help="regression threshold in percent"
+                                             )] = 5.0,
+    window: Annotated[int, typer.Option(min=1, help="runs in the lookback window")] = 20,
+    x: Annotated[XAxisOpt, typer.Option("--x", help="x axis: run time or run (commit) "
+                                        "order")] = XAxisOpt.time,
+) -> None:
+    """Each arm label's value per run over time, regressions marked; --check gates CI.
+
+    Example: abbench history --metric decode_tok_s --workload "decode 1K" --out h.png --check
+    """
+    from abbench.history import (
+        build_series,
+        check_history,
+        format_check,
+        format_series,
+        plot_history,
+        write_html,
+    )
+    from abbench.index import open_index
+
+    limit = threshold / 100
+    try:
+        with open_index(results) as ix:
+            series = build_series(ix, metric, workload, label)
+            problems = ix.run_errors() + ix.problems()
+            latest = ix.runs()[-1:]
+        verdict = check_history(series, threshold=limit, window=window) \
+            if check or html is not None else None
+        if out is not None:
+            summary = plot_history(series, out, x=x.value, threshold=limit)
+            typer.echo(f"wrote {summary.path}", err=True)
+        if html is not None:
+            from abbench.compare import run_table
+            from abbench.store import Run
+
+            tables = [run_table(Run(Path(r.path))) for r in latest if not r.error]
+            assert verdict is not None
+            page = write_html(series, html, tables=tables, check=verdict, x=x.value,
+                              threshold=limit)
+            typer.echo(f"wrote {page}", err=True)
+    except AbbenchError as e:
+        _fail(e)
+        return
+    _warn(problems)
+    if verdict is not None and check:
+        typer.echo(format_check(verdict), nl=False)
+        raise typer.Exit(1 if verdict.regressions else 0)
+    if out is None and html is None:
+        typer.echo(format_series(series), nl=False)
+
 
 # -- quality commands (diff) below this line
+
+
+@app.command()
+def diff(
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="run id, unique prefix, "
+                                           "'latest', or a run folder")],
+    set_name: Annotated[str, typer.Option("--set", help="prompt set name")],
+    arm: Annotated[list[str], typer.Option("--arm", help="twice: --arm A --arm B")],
+    prompt: Annotated[str | None, typer.Option("--prompt", help="only this prompt id")] = None,
+    round_: Annotated[int | None, typer.Option("--round", help="this round's outputs (default: "
+                                               "each prompt's most common output)")] = None,
+    warm: Annotated[bool, typer.Option("--warm", help="the warm pass, not the cold")] = False,
+    width: Annotated[int, typer.Option("--width", min=16, help="column width")] = 48,
+    results: ResultsOpt = None,
+) -> None:
+    """Show two arms' differing greedy outputs side by side, divergence marked.
+
+    Example: abbench diff latest --set basics --arm f16 --arm q8
+    """
+    from abbench.quality_report import diff_text
+    from abbench.store import open_run
+
+    try:
+        run_ = open_run(run_ref, results or Path("results"))
+        text = diff_text(run_.records(), run_.meta(), set_name=set_name, arms=arm,
+                         prompt=prompt, pass_="warm" if warm else "cold", round_=round_,
+                         width=width)
+    except AbbenchError as e:
+        _fail(e)
+        return
+    typer.echo(text, nl=False)
 
 
 # -- end of commands

@@ -27,7 +27,9 @@ from pydantic import (
     model_validator,
 )
 
+from abbench.collectors.settings import CollectorSettings
 from abbench.errors import ConfigError
+from abbench.quality_config import FingerprintConfig, QualityConfig
 from abbench.stats import StatsConfig
 
 SCHEMA_VERSION = 1
@@ -98,6 +100,9 @@ class ServerSpec(_Frozen):
     props_path: str | None = None
     request_extra: dict[str, Any] | None = Field(
         None, description="fields merged into every completion request")
+    preset_fields: dict[str, Any] | None = Field(
+        None, description="overrides of other preset fields (metrics_path, flush_path, "
+        "misses_counter, cached_tokens_fields, ...): abbench/presets.py lists them")
 
     @field_validator("env", mode="before")
     @classmethod
@@ -176,8 +181,14 @@ class Config(_Frozen):
                                "noise_band(s); rounds until confident: until_ci, max_rounds")
 
     # -- collectors (VRAM, RSS, counters, drift signals): fields below this line
+    collectors: list[CollectorSettings] = Field(
+        default_factory=list, description="extra metrics: vram, rss, prometheus, "
+        "response_field, log_regex, drift, flush (abbench/collectors/settings.py)")
 
     # -- quality and fingerprints: fields below this line
+    quality: QualityConfig | None = Field(None, description="quality checks (abbench.quality)")
+    fingerprints: FingerprintConfig | None = Field(
+        None, description="greedy-output fingerprints of prompt sets (abbench.fingerprints)")
 
     # -- end of extension fields
     # Set by load_config: where the file was, for relative paths and messages.
@@ -245,6 +256,7 @@ class ResolvedArm(_Frozen):
     completions_path: str
     props_path: str | None
     request_extra: dict[str, Any]
+    preset_fields: dict[str, Any] = Field(default_factory=dict)
 
     def command(self, placeholders: Mapping[str, str]) -> list[str]:
         """The argv to execute, with placeholders substituted into each item."""
@@ -278,7 +290,7 @@ def substitute(template: str, values: Mapping[str, str], *, where: str) -> str:
 
 
 def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
-    from abbench.presets import get_preset  # presets import config types
+    from abbench.presets import get_preset, with_overrides  # presets import config types
 
     d = cfg.defaults
 
@@ -307,6 +319,8 @@ def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
     if not cwd.is_absolute():
         cwd = cfg.base_dir / cwd
     extra = {**preset.request_extra, **(d.request_extra or {}), **(arm.request_extra or {})}
+    preset_fields = {**(d.preset_fields or {}), **(arm.preset_fields or {})}
+    with_overrides(preset, preset_fields, where=f"{where}.preset_fields")  # fail early
     return ResolvedArm(
         name=arm.name,
         label=arm.label or arm.name,
@@ -325,6 +339,7 @@ def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
         completions_path=pick("completions_path") or preset.completions_path,
         props_path=pick("props_path") or preset.props_path,
         request_extra=extra,
+        preset_fields=preset_fields,
     )
 
 

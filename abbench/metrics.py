@@ -21,6 +21,9 @@ class MetricSpec:
     digits: int = 2
     #: shown as a table row (others appear in report.json and the details)
     table: bool = True
+    #: a score: the value counts passed items out of this metric's value (per round),
+    #: and the table shows "P/T" with the change in passed items
+    denominator: str | None = None
 
     def fmt(self, v: float) -> str:
         return f"{v:.{self.digits}f}"

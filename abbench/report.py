@@ -15,7 +15,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from abbench import stats
+from abbench import quality_report, stats
+from abbench.collectors.base import register_stored_specs
+from abbench.collectors.drift import collector_notes
 from abbench.metrics import MetricSpec, spec
 
 
@@ -37,6 +39,9 @@ class Row:
     metric: str
     spec: MetricSpec
     cells: dict[str, Cell]
+    #: P/T rows (spec.denominator): arm -> round -> total, and the arm compared against
+    totals: dict[str, dict[int, float]] | None = None
+    baseline: str | None = None
 
     @property
     def label(self) -> str:
@@ -60,6 +65,7 @@ class Table:
     notes: list[str] = field(default_factory=list)
     failed_slots: list[dict[str, Any]] = field(default_factory=list)
     invalid: dict[str, int] = field(default_factory=dict)
+    quality: quality_report.QualitySummary | None = None
 
 
 RoundValues = dict[tuple[str, str], dict[str, dict[int, float]]]
@@ -94,6 +100,7 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
         raise ConfigError(f"baseline {base!r} is not an arm of run {meta['id']}",
                           hint=f"arms: {', '.join(arms)}")
     arms = [base] + [a for a in arms if a != base]
+    register_stored_specs(records)  # labels of collectors' metrics of the user's own
     values = _round_values(records)
     rows: list[Row] = []
     for (workload, metric), by_arm in values.items():
@@ -107,6 +114,7 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
                  for arm in arms if arm in by_arm}
         rows.append(Row(workload, metric, sp, cells))
     stats.compare_rows(rows, base, settings=settings)
+    quality_report.score_rows(rows, values, base)
 
     invalid: dict[str, int] = defaultdict(int)
     for rec in records:
@@ -116,7 +124,9 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
     table = Table(run_id=meta["id"], arms=arms, labels=labels, baseline=base, rows=rows,
                   header=_header(meta), failed_slots=failed, invalid=dict(invalid))
     table.footer = _footer(records, meta)
-    table.notes = stats.run_notes(meta)
+    table.notes += collector_notes(records)  # unavailable metrics, drift signals
+    table.notes += stats.run_notes(meta)  # how --until-ci chose the rounds
+    table.quality = quality_report.summarize(records, arms, base)
     return table
 
 
@@ -185,6 +195,8 @@ def fmt_values(sp: MetricSpec, values: list[float]) -> str:
 
 def render_cell(row: Row, arm: str) -> str:
     cell = row.cells.get(arm)
+    if row.spec.denominator:
+        return quality_report.render_score_cell(row, arm)
     if cell is None:
         return "no data"
     text = fmt_values(row.spec, cell.values)
@@ -210,6 +222,7 @@ def render_markdown(table: Table) -> str:
         lines.append(f"Failed: arm {md_escape(f['arm'])}, round {f['round']}: "
                      f"{md_escape(f.get('reason') or 'unknown')}.")
     lines.extend(table.footer)
+    lines.extend(quality_report.render_section(table))
     details = stats.details_lines(table)
     if details:
         lines += ["", "<details><summary>Statistics per row</summary>", "", *details, "",
@@ -248,5 +261,34 @@ def render_json(table: Table) -> str:
         "failed": [{"arm": f["arm"], "round": f["round"], "reason": f.get("reason")}
                    for f in table.failed_slots],
         "footer": table.footer,
+        "quality": quality_report.to_json(table.quality),
     }
     return json.dumps(out, indent=2, default=str) + "\n"
+
+
+def render_csv(table: Table) -> str:
+    """One line per (row, arm): its per-round values and, for the other arms, every
+    field of the comparison against the baseline (``cmp_*``)."""
+    import csv
+    import io
+    from dataclasses import asdict
+
+    cmp_fields = sorted({k for r in table.rows for c in r.cells.values() if c.comparison
+                         for k in asdict(c.comparison)})
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["run_id", "workload", "metric", "label", "unit", "direction", "arm",
+                "arm_label", "is_baseline", "rounds", "values", "mean", "min", "max",
+                *(f"cmp_{k}" for k in cmp_fields)])
+    for r in table.rows:
+        for arm in table.arms:
+            c = r.cells.get(arm)
+            if c is None:
+                continue
+            cmp = asdict(c.comparison) if c.comparison else {}
+            w.writerow([table.run_id, r.workload, r.metric, r.label, r.spec.unit,
+                        r.spec.direction, arm, table.labels[arm], arm == table.baseline,
+                        ";".join(map(str, c.rounds)), ";".join(repr(v) for v in c.values),
+                        repr(c.mean), repr(min(c.values)), repr(max(c.values)),
+                        *(cmp.get(k, "") for k in cmp_fields)])
+    return buf.getvalue()

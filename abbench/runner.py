@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from abbench import __version__
 from abbench.arms import Server, start_server
+from abbench.collectors.tasks import collector_tasks, workload_window
 from abbench.config import (
     Config,
     ResolvedArm,
@@ -126,6 +127,7 @@ class Campaign:
         self.tasks = tasks if tasks is not None else default_tasks(cfg)
         self.arms = {a.name: a for a in cfg.resolved_arms()}
         self.stop_event = threading.Event()
+        self.guard = SignalGuard(self.stop_event)
         self.timing = Timing()
         self.run: Run | None = None
         self.failed = 0
@@ -165,7 +167,7 @@ class Campaign:
         self.run = run = self.create_run(schedule, seed)
         self.progress.log(f"run {run.id}: {len(schedule)} server lives, results in {run.path}")
         status = "complete"
-        with _signals_raise_interrupted(self.stop_event):
+        with self.guard.installed():
             try:
                 self.progress.start(len(schedule))
                 for slot in self.slots(schedule, seed):
@@ -204,7 +206,8 @@ class Campaign:
 
     def record(self, rec: dict[str, Any]) -> None:
         assert self.run is not None
-        self.run.append(rec)
+        with self.guard.protected():
+            self.run.append(rec)
 
     def run_slot(self, slot: Slot) -> None:
         assert self.run is not None
@@ -237,11 +240,10 @@ class Campaign:
             status, reason = "interrupted", "abbench was interrupted"
             raise
         finally:
+            code = None
             if server is not None:
-                with self.timing.count("server_s"):
+                with self.guard.protected(), self.timing.count("server_s"):
                     code = server.stop()
-            else:
-                code = None
             if status != "ok":
                 self.failed += status == "failed"
             slot_rec = {**base, "type": "slot", "status": status, "reason": reason,
@@ -252,7 +254,7 @@ class Campaign:
                 slot_rec["ready_s"] = server.ready_at - server.started_at
             if status == "failed" and server is not None:
                 slot_rec["log_tail"] = server.log_tail(10)
-            with contextlib.suppress(StoreError):
+            with self.guard.protected(), contextlib.suppress(StoreError):
                 self.record(slot_rec)
 
     def serve(self, slot: Slot, arm: ResolvedArm, server: Server, base: dict[str, Any]) -> None:
@@ -279,11 +281,12 @@ class Campaign:
                     self._warmup(slot, arm, server, client, prompts)
                 for context in workload.contexts:
                     row = workload.row_name(context)
-                    for rep in range(self.cfg.reps):
-                        self.progress.slot(slot.index, arm.name, slot.round,
-                                           f"{row} rep {rep + 1}/{self.cfg.reps}")
-                        self._one_decode(slot, arm, server, client, prompts, workload, context,
-                                         row, rep, base)
+                    with workload_window(self.tasks, ctx, row):  # collectors' windows
+                        for rep in range(self.cfg.reps):
+                            self.progress.slot(slot.index, arm.name, slot.round,
+                                               f"{row} rep {rep + 1}/{self.cfg.reps}")
+                            self._one_decode(slot, arm, server, client, prompts, workload,
+                                             context, row, rep, base)
             for task in self.tasks:
                 if not task.cold:
                     self._task(task, ctx)
@@ -338,8 +341,18 @@ def default_tasks(cfg: Config) -> list[SlotTask]:
     """The slot tasks a config asks for, in the order they run."""
     tasks: list[SlotTask] = []
     # -- collectors' tasks below this line
+    tasks += collector_tasks(cfg)
 
     # -- quality and fingerprint tasks below this line
+    from abbench.fingerprints import FingerprintTask
+    from abbench.quality import QualityTask
+
+    if cfg.fingerprints is not None:
+        tasks.append(FingerprintTask(cfg, cfg.fingerprints, cold=True))
+        if cfg.fingerprints.warm:
+            tasks.append(FingerprintTask(cfg, cfg.fingerprints, cold=False))
+    if cfg.quality is not None:
+        tasks.append(QualityTask(cfg, cfg.quality))
 
     # -- end of tasks
     return tasks
@@ -359,23 +372,45 @@ def _rounds_done(run: Run) -> int:
     return len(rounds)
 
 
-@contextlib.contextmanager
-def _signals_raise_interrupted(stop_event: threading.Event) -> Iterator[None]:
-    """SIGINT and SIGTERM: set the stop flag and raise Interrupted in the main thread
-    (once); the ``finally`` blocks then stop the server and keep the samples."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class SignalGuard:
+    """SIGINT and SIGTERM set the stop flag and raise Interrupted in the main thread,
+    once; inside ``protected()`` (stopping a server, writing a record) the raise
+    waits until the block is done, so clean-up is never cut short."""
 
-    def handler(signum: int, frame: Any) -> None:
-        if stop_event.is_set():
+    def __init__(self, stop_event: threading.Event):
+        self.stop_event = stop_event
+        self._depth = 0
+        self._pending: str | None = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.stop_event.is_set():
             return  # already stopping: let the clean-up finish
-        stop_event.set()
-        raise Interrupted(f"stopped by {signal.Signals(signum).name}")
+        self.stop_event.set()
+        name = signal.Signals(signum).name
+        if self._depth:
+            self._pending = name
+            return
+        raise Interrupted(f"stopped by {name}")
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+    @contextlib.contextmanager
+    def protected(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+        if self._depth == 0 and self._pending:
+            name, self._pending = self._pending, None
+            raise Interrupted(f"stopped by {name}")
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)

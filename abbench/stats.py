@@ -211,8 +211,9 @@ def modified_z(x: Sequence[float] | np.ndarray) -> np.ndarray:
 
 
 def outlier_rounds(rounds: Sequence[int], values: Sequence[float]) -> list[int]:
-    """Rounds whose value's modified z-score passes :data:`OUTLIER_Z` (flagged, kept)."""
-    if len(values) < 3:
+    """Rounds whose value's modified z-score passes :data:`OUTLIER_Z` (flagged, kept);
+    none below 5 values, where a median and MAD say little."""
+    if len(values) < 5:
         return []
     z = modified_z(values)
     return [r for r, zi in zip(rounds, z, strict=True) if abs(zi) > OUTLIER_Z]
@@ -330,11 +331,8 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     n = len(rounds)
     if n == 0:
         return None
-    if not np.all(np.isfinite(d)):
-        return Comparison(n, "inconclusive", None, None, None, None, None, None,
-                          "none (values <= 0: no log-ratio)", alpha, noise_band, None, None,
-                          None, None, None, None, None, None, None, smallest_p(n), 1, outl, cvs,
-                          drifts, (*warnings, "values <= 0: the log-ratio is undefined"))
+    if not np.all(np.isfinite(d)):  # a value <= 0 (a count of 0): no ratio to compare
+        return None
     outl["d"] = outlier_rounds(rounds, list(d))
     t = t_interval(d, alpha)
     w = wilcoxon_hl(d, alpha)

@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
 from abbench.config import ResolvedArm, Workload
 from abbench.errors import RequestError
-from abbench.presets import get_preset
+from abbench.presets import arm_preset
 
 _WORDS = (  # noqa: SIM905 - one word list, kept readable
     "the of and to in is was that for on as with by at from his her which this be are "
@@ -144,14 +146,27 @@ def parse_sse(chunks: Iterator[bytes], result: StreamResult, clock=time.perf_cou
         result.t_end = clock()
 
 
+def new_session() -> requests.Session:
+    """A session that re-sends a request once when a kept-alive connection turns out
+    to be closed before any response (servers close idle connections: llama.cpp
+    after 5 s). Never retried: HTTP errors and anything after the response began."""
+    session = requests.Session()
+    retry = Retry(total=2, connect=1, read=1, status=0, other=0, redirect=0,
+                  allowed_methods=None, raise_on_status=False)
+    adapter = HTTPAdapter(max_retries=retry)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
 class Client:
     """Talks to one running server through its preset's endpoints."""
 
     def __init__(self, base_url: str, arm: ResolvedArm):
         self.base_url = base_url
         self.arm = arm
-        self.preset = get_preset(arm.preset)
-        self.session = requests.Session()
+        self.preset = arm_preset(arm)
+        self.session = new_session()
         self._prefix: list[int] | None = None
 
     def close(self) -> None:
@@ -169,13 +184,7 @@ class Client:
         else:
             body = {"prompt": text, "add_special_tokens": add_special}
         try:
-            try:
-                r = self.session.post(self.base_url + path, json=body, timeout=120)
-            except requests.ConnectionError:
-                # a pooled keep-alive connection the server closed while idle (llama.cpp
-                # closes them after 5 s, e.g. during a long warm-up): tokenize is
-                # idempotent, so try once more on a fresh connection
-                r = self.session.post(self.base_url + path, json=body, timeout=120)
+            r = self.session.post(self.base_url + path, json=body, timeout=120)
             r.raise_for_status()
             return [int(t) if not isinstance(t, dict) else int(t["id"]) for t in r.json()["tokens"]]
         except (requests.RequestException, ValueError, KeyError) as e:

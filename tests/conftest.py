@@ -19,17 +19,27 @@ def refserver_start(*flags: str) -> list[str]:
     return [sys.executable, str(REFSERVER), "--port", "{port}", *flags]
 
 
+def _realparts(*flags: str) -> dict[str, str]:
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "realparts.sh"), *flags], check=True,
+                         capture_output=True, text=True).stdout
+    found = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return {"server": found["LLAMA_SERVER"], "model": found["SMOLLM2_GGUF"]}
+
+
 @pytest.fixture(scope="session")
 def real_parts() -> dict[str, str]:
     """Paths of the real llama-server and SmolLM2 GGUF, built/fetched (and cached)
     by scripts/realparts.sh when the environment does not name them."""
     server, model = os.environ.get("LLAMA_SERVER"), os.environ.get("SMOLLM2_GGUF")
-    if not (server and model and Path(server).exists() and Path(model).exists()):
-        out = subprocess.run(["bash", str(ROOT / "scripts" / "realparts.sh")], check=True,
-                             capture_output=True, text=True).stdout
-        found = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-        server, model = found["LLAMA_SERVER"], found["SMOLLM2_GGUF"]
-    return {"server": server, "model": model}
+    if server and model and Path(server).exists() and Path(model).exists():
+        return {"server": server, "model": model}
+    return _realparts()
+
+
+@pytest.fixture(scope="session")
+def real_parts_noavx2() -> dict[str, str]:
+    """A second, really slower llama-server build (no AVX2/FMA/F16C), same model."""
+    return _realparts("--no-avx2")
 
 
 def llama_start(parts: dict[str, str], *extra: str, ctx: int = 2048) -> list[str]:

@@ -11,7 +11,7 @@ Behaviour is set by flags:
   --startup S       seconds of 503 from /health before ready
   --fault KIND      http500 | broken | short | hang | exit-on-start | never-ready,
                     applied to every --fault-every'th completion (or at start-up)
-  --vram-mib / --text  values reported in responses and /props
+  --burst           prebuild each stream and send it at once (client-capacity bench)
 """
 
 from __future__ import annotations
@@ -129,6 +129,20 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
+        if a.burst:  # the whole stream prebuilt and written at once: as fast as we can send
+            parts = [b'data: {"choices":[{"text":" w%d","index":0,"finish_reason":null}]}\n\n'
+                     % i for i in range(n)]
+            parts.append(b"data: " + json.dumps({"choices": [], "usage": {
+                "prompt_tokens": n_prompt, "completion_tokens": n}}).encode() + b"\n\n")
+            parts.append(b"data: [DONE]\n\n")
+            data = b"".join(parts)
+            step = 1 << 16
+            for i in range(0, len(data), step):
+                piece = data[i:i + step]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+            return
         t0 = time.perf_counter()
         if a.ttft:
             time.sleep(a.ttft)
@@ -173,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drift", type=float, default=0.0)
     p.add_argument("--ttft", type=float, default=0.0)
     p.add_argument("--startup", type=float, default=0.0)
+    p.add_argument("--burst", action="store_true", help="send each stream at once")
     p.add_argument("--fault", default="")
     p.add_argument("--fault-every", type=int, default=1)
     args = p.parse_args(argv)

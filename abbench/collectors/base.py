@@ -1,0 +1,113 @@
+"""What every collector shares: the interface, the record it writes, metric specs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from abbench.metrics import METRICS, MetricSpec, register
+
+if TYPE_CHECKING:
+    from abbench.runner import SlotContext
+
+SERVER_ROW = "server"  # the workload name of a whole-server-life window
+
+for _spec in (
+    MetricSpec("peak_vram_mib", "peak VRAM", "MiB", "lower", 0),
+    MetricSpec("device_vram_mib", "peak device VRAM", "MiB", "lower", 0),
+    MetricSpec("peak_rss_mib", "peak RSS", "MiB", "lower", 0),
+    MetricSpec("misses_per_token", "misses/token", "", "lower", 2),
+):
+    register(_spec)
+
+
+def ensure_spec(name: str, label: str | None, unit: str, direction: str) -> None:
+    """Register a configured metric of the user's own (unless it is known)."""
+    if name not in METRICS:
+        register(MetricSpec(name, label or name.replace("_", " "), unit,
+                            "lower" if direction == "lower" else "higher"))
+
+
+def register_stored_specs(records: list[dict[str, Any]]) -> None:
+    """Register the specs that collector records carry, so that a report rebuilt
+    from a stored run labels a metric of the user's own as the run did."""
+    for r in records:
+        sp = r.get("spec")
+        if r.get("collector") and isinstance(sp, dict) and sp.get("name"):
+            ensure_spec(sp["name"], sp.get("label"), sp.get("unit", ""),
+                        sp.get("direction", "higher"))
+
+
+def base_fields(ctx: SlotContext) -> dict[str, Any]:
+    s = ctx.slot
+    return {"slot": s.index, "arm": s.arm, "round": s.round, "position": s.position}
+
+
+def record_window(ctx: SlotContext, *, collector: str, window: str, workload: str,
+                  metrics: dict[str, float], unavailable: dict[str, str] | None = None,
+                  **detail: Any) -> None:
+    """One sample record of a collector's window: a row in the report when ``metrics``
+    holds values; ``unavailable`` says which metrics could not be measured, and why
+    (never a 0 in their place)."""
+    rec: dict[str, Any] = {**base_fields(ctx), "type": "sample", "valid": True,
+                           "status": "ok", "workload": workload, "collector": collector,
+                           "window": window, "metrics": metrics}
+    if unavailable:
+        rec["unavailable"] = unavailable
+    rec.update(detail)
+    ctx.record(rec)
+
+
+@dataclass
+class WindowState:
+    """What a collector noted when a window opened."""
+
+    row: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class Collector:
+    """One configured collector. Hooks are no-ops unless overridden."""
+
+    name = "collector"
+
+    def begin_server(self, ctx: SlotContext) -> None:
+        """The server is ready (before warm-up)."""
+
+    def end_server(self, ctx: SlotContext) -> None:
+        """The workloads are done; the server still runs."""
+
+    def close(self) -> None:
+        """Release threads and handles; called however the slot ended."""
+
+    def begin_window(self, ctx: SlotContext, row: str) -> WindowState | None:
+        return None
+
+    def end_window(self, ctx: SlotContext, state: WindowState) -> None:
+        """Measure and record the window opened by :meth:`begin_window`."""
+
+
+def window_samples(ctx: SlotContext, row: str) -> list[dict[str, Any]]:
+    """The workload's own sample records of this slot and row (not collectors')."""
+    return [r for r in ctx.run.records() if r.get("type") == "sample"
+            and r.get("slot") == ctx.slot.index and r.get("workload") == row
+            and "collector" not in r]
+
+
+def decoded_tokens(samples: list[dict[str, Any]]) -> int:
+    """Tokens the client received in these samples, side calls included."""
+    n = 0
+    for r in samples:
+        n += int(r.get("completion_tokens") or 0)
+        for side in r.get("side_calls") or ():
+            n += int(side.get("completion_tokens") or 0)
+    return n
+
+
+def dig(obj: Any, path: str) -> Any:
+    """``dig(rec, "usage.prompt_tokens_details.cached_tokens")``; None when absent."""
+    for part in path.split("."):
+        if not isinstance(obj, dict) or part not in obj:
+            return None
+        obj = obj[part]
+    return obj

@@ -1,0 +1,349 @@
+"""Counter rates over a workload window: Prometheus ``/metrics``, response fields,
+and regexes over the server's log. The default rate is ``misses_per_token``:
+prompt tokens that missed the prefix/KV cache per decoded token."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from abbench.collectors.base import (
+    Collector,
+    WindowState,
+    base_fields,
+    decoded_tokens,
+    dig,
+    ensure_spec,
+    record_window,
+    window_samples,
+)
+from abbench.collectors.settings import (
+    FlushSettings,
+    LogRegexSettings,
+    PrometheusSettings,
+    ResponseFieldSettings,
+    _Rate,
+)
+from abbench.errors import ConfigError
+from abbench.presets import Preset, arm_preset
+
+if TYPE_CHECKING:
+    from abbench.runner import SlotContext
+
+
+# --------------------------------------------------------------- Prometheus
+
+
+def _base_name(name: str) -> str:
+    return name[: -len("_total")] if name.endswith("_total") else name
+
+
+def counter_value(text: str, name: str, labels: dict[str, str] | None = None) -> float:
+    """The value of counter ``name`` in Prometheus text ``text``, summed over the series
+    whose labels include ``labels``. Trusts ``# TYPE``: a gauge or an absent name raises
+    KeyError with the reason."""
+    base = _base_name(name)
+    labels = labels or {}
+    total, named, found = 0.0, False, False
+    for fam in text_string_to_metric_families(text):
+        if fam.name not in (base, name):
+            continue
+        named = True
+        if fam.type not in ("counter", "unknown"):
+            raise KeyError(f"{name} is a {fam.type}, not a counter (# TYPE); a per-token "
+                           "rate needs a counter")
+        for s in fam.samples:
+            ours = s.name in (base + "_total", name) or (fam.type == "unknown"
+                                                         and s.name == base)
+            if ours and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+                found = True
+    if not named:
+        raise KeyError(f"{name} is not among the server's metrics")
+    if not found:
+        raise KeyError(f"{name}: no series with labels {labels}")
+    return total
+
+
+def rate_of(delta: float, denominator: float | None) -> float | None:
+    if denominator is None:
+        return delta
+    return delta / denominator if denominator > 0 else None
+
+
+class _RateCollector(Collector):
+    settings: _Rate
+
+    def _per(self, ctx: SlotContext, state: WindowState, samples: list[dict[str, Any]],
+             scrape_end: str | None = None) -> tuple[float | None, str | None]:
+        """The window's denominator, or (None, why) when it cannot be had."""
+        per = self.settings.per
+        if per == "none":
+            return None, None
+        if per == "decoded":
+            n = decoded_tokens(samples)
+            return (float(n), None) if n > 0 else (None, "no tokens were decoded in the window")
+        begin = state.data.get("per_begin")
+        if scrape_end is None or begin is None:
+            return None, f"counter {per} could not be read"
+        try:
+            return counter_value(scrape_end, per) - begin, None
+        except KeyError as e:
+            return None, str(e.args[0])
+
+    def _store(self, ctx: SlotContext, row: str, value: float | None, why: str | None,
+               window: str = "workload", **detail: Any) -> None:
+        name = self.settings.name
+        s = self.settings
+        detail["spec"] = {"name": name, "label": s.label, "unit": s.unit,
+                          "direction": s.direction}
+        if value is None:
+            record_window(ctx, collector=self.name, window=window, workload=row, metrics={},
+                          unavailable={name: why or "no value"}, **detail)
+        else:
+            record_window(ctx, collector=self.name, window=window, workload=row,
+                          metrics={name: value}, **detail)
+
+
+class PrometheusCollector(_RateCollector):
+    """Delta of a counter (minus another) over the window, per decoded token."""
+
+    name = "prometheus"
+
+    def __init__(self, settings: PrometheusSettings):
+        self.settings = settings
+        ensure_spec(settings.name, settings.label, settings.unit, settings.direction)
+
+    def _names(self, preset: Preset) -> tuple[str, str | None]:
+        s = self.settings
+        if s.counter:
+            return s.counter, s.minus
+        if not preset.misses_counter:
+            raise ConfigError(f"preset {preset.name} names no misses counter",
+                              hint="give counter: (and minus:) in the prometheus collector, "
+                                   "or misses_counter under preset_fields:")
+        return preset.misses_counter, s.minus or preset.misses_minus_counter
+
+    def _scrape(self, ctx: SlotContext) -> tuple[str | None, str | None]:
+        path = self.settings.path or arm_preset(ctx.arm).metrics_path
+        if not path:
+            return None, "no metrics path (set path: or preset_fields.metrics_path)"
+        r = None
+        for attempt in range(3):  # a kept-alive connection the server closed: ask again
+            try:
+                r = requests.get(ctx.server.base_url + path, timeout=10)
+                break
+            except requests.RequestException as e:
+                if attempt == 2:
+                    return None, f"GET {path} failed: {type(e).__name__}: {e}"
+                time.sleep(0.1)
+        assert r is not None
+        if r.status_code != 200:
+            flags = arm_preset(ctx.arm).metrics_flags
+            hint = f" (does the server run with {flags}?)" if flags else ""
+            return None, f"GET {path} answered HTTP {r.status_code}{hint}"
+        return r.text, None
+
+    def _read(self, text: str, preset: Preset) -> dict[str, float]:
+        counter, minus = self._names(preset)
+        out = {counter: counter_value(text, counter, self.settings.labels)}
+        if minus:
+            out[minus] = counter_value(text, minus, self.settings.labels)
+        if self.settings.per not in ("decoded", "none"):
+            out[self.settings.per] = counter_value(text, self.settings.per)
+        return out
+
+    def begin_window(self, ctx: SlotContext, row: str) -> WindowState:
+        state = WindowState(row)
+        text, why = self._scrape(ctx)
+        if text is None:
+            state.data["why"] = why
+            return state
+        try:
+            state.data["begin"] = self._read(text, arm_preset(ctx.arm))
+        except KeyError as e:
+            state.data["why"] = str(e.args[0])
+        return state
+
+    def end_window(self, ctx: SlotContext, state: WindowState) -> None:
+        samples = window_samples(ctx, state.row)
+        begin = state.data.get("begin")
+        if begin is None:
+            self._store(ctx, state.row, None, state.data.get("why"))
+            return
+        preset = arm_preset(ctx.arm)
+        counter, minus = self._names(preset)
+        end, why = self._settled_end(ctx, preset)
+        if end is None:
+            self._store(ctx, state.row, None, why)
+            return
+        deltas = {k: end[k] - begin[k] for k in end}
+        delta = deltas[counter] - (deltas[minus] if minus else 0.0)
+        if self.settings.per in ("decoded", "none"):
+            per, why = self._per(ctx, state, samples)
+        else:
+            per, why = deltas.get(self.settings.per), None
+        if self.settings.per != "none" and per is None:
+            self._store(ctx, state.row, None, why, deltas=deltas)
+            return
+        value = rate_of(delta, per if self.settings.per != "none" else None)
+        self._store(ctx, state.row, value, "the denominator was 0", deltas=deltas,
+                    per=per)
+
+    def _settled_end(self, ctx: SlotContext, preset: Preset
+                     ) -> tuple[dict[str, float] | None, str | None]:
+        """Scrape until two reads agree (a server may count a request just after it
+        answered it), at most ``settle_s``."""
+        deadline = time.perf_counter() + self.settings.settle_s
+        last: dict[str, float] | None = None
+        while True:
+            text, why = self._scrape(ctx)
+            if text is None:
+                return None, why
+            try:
+                now = self._read(text, preset)
+            except KeyError as e:
+                return None, str(e.args[0])
+            if now == last or time.perf_counter() >= deadline:
+                return now, None
+            last = now
+            time.sleep(0.05)
+
+
+# ----------------------------------------------------------- response fields
+
+
+class ResponseFieldCollector(_RateCollector):
+    """Per request: prompt tokens minus the cached ones the response reports, per
+    decoded token (or the field itself, with ``value: field``)."""
+
+    name = "response_field"
+
+    def __init__(self, settings: ResponseFieldSettings):
+        self.settings = settings
+        ensure_spec(settings.name, settings.label, settings.unit, settings.direction)
+
+    def begin_window(self, ctx: SlotContext, row: str) -> WindowState:
+        return WindowState(row)
+
+    def end_window(self, ctx: SlotContext, state: WindowState) -> None:
+        s = self.settings
+        paths = s.field or list(arm_preset(ctx.arm).cached_tokens_fields)
+        for rec in window_samples(ctx, state.row):
+            rep = rec.get("rep")
+            if not rec.get("valid"):
+                continue
+            if not paths:
+                self._store(ctx, state.row, None, "no response field configured (field:)",
+                            window="request", rep=rep)
+                continue
+            raw = next((v for v in (dig(rec, p) for p in paths) if v is not None), None)
+            if raw is None and s.missing == "zero":
+                raw = 0
+            if raw is None:
+                self._store(ctx, state.row, None, f"the response has none of {paths}",
+                            window="request", rep=rep)
+                continue
+            value = float(raw)
+            if s.value == "misses":
+                value = float(rec.get("prompt_tokens") or 0) - value
+            per = float(decoded_tokens([rec]))
+            if s.per == "none":
+                out: float | None = value
+            elif s.per == "decoded":
+                out = rate_of(value, per)
+            else:
+                self._store(ctx, state.row, None, "a response-field rate is per decoded token "
+                            "or none", window="request", rep=rep)
+                continue
+            self._store(ctx, state.row, out, "no tokens decoded", window="request", rep=rep,
+                        field_value=raw, per=per)
+
+
+# ----------------------------------------------------------------- log regex
+
+
+class LogRegexCollector(_RateCollector):
+    """Numbers captured from the server log's lines written during the window."""
+
+    name = "log_regex"
+
+    def __init__(self, settings: LogRegexSettings):
+        self.settings = settings
+        self.rx = re.compile(settings.pattern)
+        ensure_spec(settings.name, settings.label, settings.unit, settings.direction)
+
+    def _values(self, text: str) -> list[float]:
+        out = []
+        for m in self.rx.finditer(text):
+            g = m.group("n") if "n" in self.rx.groupindex else m.group(1)
+            try:
+                out.append(float(g))
+            except (TypeError, ValueError):
+                continue
+        return out
+
+    def begin_window(self, ctx: SlotContext, row: str) -> WindowState:
+        path = ctx.server.log_path
+        try:
+            offset = path.stat().st_size
+            before = self._values(path.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            offset, before = 0, []
+        return WindowState(row, {"offset": offset, "last": before[-1] if before else 0.0})
+
+    def end_window(self, ctx: SlotContext, state: WindowState) -> None:
+        time.sleep(0.05)  # let the server's last log lines of the window reach the file
+        try:
+            with open(ctx.server.log_path, "rb") as f:
+                f.seek(state.data["offset"])
+                text = f.read().decode("utf-8", "replace")
+        except OSError as e:
+            self._store(ctx, state.row, None, f"cannot read the server log: {e}")
+            return
+        values = self._values(text)
+        if not values:
+            self._store(ctx, state.row, None, "no log line matched the pattern in the window")
+            return
+        delta = sum(values) if self.settings.mode == "sum" else values[-1] - state.data["last"]
+        per, why = self._per(ctx, state, window_samples(ctx, state.row))
+        if self.settings.per != "none" and per is None:
+            self._store(ctx, state.row, None, why, matches=len(values))
+            return
+        self._store(ctx, state.row, rate_of(delta, per), "the denominator was 0",
+                    matches=len(values), delta=delta, per=per)
+
+
+# ----------------------------------------------------------------- cache flush
+
+
+class FlushCollector(Collector):
+    """Empties the prefix cache as each workload window opens; records the outcome."""
+
+    name = "flush"
+
+    def __init__(self, settings: FlushSettings):
+        self.settings = settings
+
+    def begin_window(self, ctx: SlotContext, row: str) -> None:
+        path = self.settings.path or arm_preset(ctx.arm).flush_path
+        rec: dict[str, Any] = {**base_fields(ctx), "type": "flush", "workload": row,
+                               "path": path}
+        if not path:
+            rec.update(ok=False, reason=f"preset {ctx.arm.preset} has no flush endpoint "
+                       "(set path: or preset_fields.flush_path)")
+        else:
+            try:
+                r = requests.request(self.settings.method, ctx.server.base_url + path,
+                                     timeout=60)
+                rec.update(ok=r.status_code == 200, status=r.status_code)
+                if r.status_code != 200:
+                    rec["reason"] = f"HTTP {r.status_code}: {r.text[:200]}"
+            except requests.RequestException as e:
+                rec.update(ok=False, reason=f"{type(e).__name__}: {e}")
+        ctx.record(rec)
+        return None

@@ -1,0 +1,108 @@
+"""The runner's side of collectors: two slot tasks per campaign (one opens the
+server-life window before warm-up, one closes it after the workloads) and the
+per-workload window hook that :meth:`abbench.runner.Campaign.serve` enters
+around each workload row's reps."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from abbench.collectors.base import Collector, WindowState
+from abbench.collectors.counters import (
+    FlushCollector,
+    LogRegexCollector,
+    PrometheusCollector,
+    ResponseFieldCollector,
+)
+from abbench.collectors.drift import DriftCollector
+from abbench.collectors.memory import MemoryCollector
+from abbench.collectors.settings import (
+    CollectorSettings,
+    DriftSettings,
+    FlushSettings,
+    LogRegexSettings,
+    PrometheusSettings,
+    ResponseFieldSettings,
+    RssSettings,
+    VramSettings,
+)
+
+if TYPE_CHECKING:
+    from abbench.config import Config
+    from abbench.runner import SlotContext, SlotTask
+
+
+def make_collector(s: CollectorSettings) -> Collector:
+    if isinstance(s, (VramSettings, RssSettings)):
+        return MemoryCollector(s)
+    if isinstance(s, PrometheusSettings):
+        return PrometheusCollector(s)
+    if isinstance(s, ResponseFieldSettings):
+        return ResponseFieldCollector(s)
+    if isinstance(s, LogRegexSettings):
+        return LogRegexCollector(s)
+    if isinstance(s, FlushSettings):
+        return FlushCollector(s)
+    assert isinstance(s, DriftSettings)
+    return DriftCollector(s)
+
+
+class ServerLifeBegin:
+    """Cold task: every collector's server-life window opens (before warm-up)."""
+
+    name = "collectors: begin"
+    cold = True
+
+    def __init__(self, collectors: list[Collector]):
+        self.collectors = collectors
+
+    def run(self, ctx: SlotContext) -> None:
+        for c in self.collectors:
+            c.close()  # whatever a failed slot left behind
+            c.begin_server(ctx)
+
+    @contextlib.contextmanager
+    def workload_window(self, ctx: SlotContext, row: str) -> Iterator[None]:
+        states: list[tuple[Collector, WindowState]] = []
+        for c in self.collectors:
+            st = c.begin_window(ctx, row)
+            if st is not None:
+                states.append((c, st))
+        yield  # an exception (a dead server) skips the recording
+        for c, st in states:
+            c.end_window(ctx, st)
+
+
+class ServerLifeEnd:
+    """Warm task: every collector's server-life window closes and is recorded."""
+
+    name = "collectors: end"
+    cold = False
+
+    def __init__(self, collectors: list[Collector]):
+        self.collectors = collectors
+
+    def run(self, ctx: SlotContext) -> None:
+        for c in self.collectors:
+            c.end_server(ctx)
+
+
+def collector_tasks(cfg: Config) -> list[Any]:
+    """The two tasks for ``cfg.collectors`` (none when no collector is configured)."""
+    collectors = [make_collector(s) for s in cfg.collectors]
+    if not collectors:
+        return []
+    return [ServerLifeBegin(collectors), ServerLifeEnd(collectors)]
+
+
+@contextlib.contextmanager
+def workload_window(tasks: Sequence[SlotTask], ctx: SlotContext, row: str) -> Iterator[None]:
+    """Enter every task's per-workload window around one workload row's reps."""
+    with contextlib.ExitStack() as stack:
+        for t in tasks:
+            hook = getattr(t, "workload_window", None)
+            if hook is not None:
+                stack.enter_context(hook(ctx, row))
+        yield
