@@ -25,11 +25,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import requests
 
-from abbench.config import ResolvedArm
-from abbench.errors import ConfigError, Interrupted, ServerError
+from abbench.config import ResolvedArm, scrub, secret_values
+from abbench.errors import ConfigError, Interrupted, ServerError, StoreError
+from abbench.interrupts import shielded
 
 _PR_SET_PDEATHSIG = 1
 
@@ -50,8 +52,14 @@ def free_port(host: str) -> int:
 
 
 def port_in_use(host: str, port: int) -> bool:
+    """True when another process listens on (host, port).
+
+    SO_REUSEADDR, as servers set it: a TIME_WAIT left by the previous round's server
+    on a fixed port is no conflict, a live listener is.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -151,9 +159,16 @@ class Server:
             session.close()
 
     def stop(self) -> int | None:
-        """SIGTERM the process group, SIGKILL after the grace period. Idempotent."""
+        """SIGTERM the process group, SIGKILL after the grace period. Idempotent.
+
+        Shielded: a Ctrl-C cannot cut a stop short and leave the server running.
+        """
         if self.stopped:
             return self.proc.returncode
+        with shielded(raise_pending=False):
+            return self._stop()
+
+    def _stop(self) -> int | None:
         self.stopped = True
         try:
             pgid = self.proc.pid  # start_new_session: pgid == pid
@@ -200,10 +215,24 @@ def start_server(arm: ResolvedArm, *, round_: int, log_path: Path, argv_for_port
                ABBENCH_ROUND=str(round_))
     if env_extra:
         env.update(env_extra)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_file = open(log_path, "ab")  # noqa: SIM115 - closed by Server.stop
-    log_file.write(f"# abbench: {' '.join(argv)}\n".encode())
-    log_file.flush()
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = open(log_path, "ab")  # noqa: SIM115 - closed by Server.stop
+        shown = scrub(" ".join(argv), secret_values(arm.env, os.environ))
+        log_file.write(f"# abbench: {shown}\n".encode())
+        log_file.flush()
+    except OSError as e:
+        raise StoreError(f"cannot write the server log: {e.strerror or e}", where=str(log_path),
+                         hint="free disk space or fix permissions of the results directory, "
+                              "then resume the run") from None
+    # Shielded from here until the Server exists: an interrupt now would leave a
+    # started server that no one stops (it then raises at the next stop-flag check).
+    with shielded(raise_pending=False):
+        return _spawn(arm, round_, port, argv, env, log_path, log_file)
+
+
+def _spawn(arm: ResolvedArm, round_: int, port: int, argv: list[str], env: dict[str, str],
+           log_path: Path, log_file: BinaryIO) -> Server:
     try:
         proc = subprocess.Popen(
             argv, cwd=arm.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_file,

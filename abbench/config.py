@@ -525,6 +525,36 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: ("***" if is_secret_name(k) and v else v) for k, v in env.items()}
 
 
+def secret_values(*envs: Mapping[str, str]) -> list[str]:
+    """Values of the secret-looking variables of ``envs``, longest first, to be
+    scrubbed from anything abbench writes. Short values and paths are left out: they
+    are not secrets, and scrubbing them would mangle unrelated text."""
+    vals = {v for env in envs for k, v in env.items()
+            if is_secret_name(k) and len(v) >= 6 and not v.startswith(("/", "~", "."))}
+    return sorted(vals, key=len, reverse=True)
+
+
+def scrub(obj: Any, values: list[str]) -> Any:
+    """``obj`` (str, or lists/dicts of them) with every secret value replaced by ***."""
+    if isinstance(obj, str):
+        for v in values:
+            obj = obj.replace(v, "***")
+        return obj
+    if isinstance(obj, list):
+        return [scrub(v, values) for v in obj]
+    if isinstance(obj, dict):
+        return {k: scrub(v, values) for k, v in obj.items()}
+    return obj
+
+
+def config_secret_values(cfg: Config) -> list[str]:
+    """Secret values a config can carry: its env and vars, and the environment's
+    (``${HF_TOKEN}`` expands into start commands)."""
+    envs: list[Mapping[str, str]] = [os.environ, cfg.vars, cfg.defaults.env or {}]
+    envs += [a.env or {} for a in cfg.arms]
+    return secret_values(*envs)
+
+
 def config_for_storage(cfg: Config) -> dict[str, Any]:
     """The resolved config as stored with a run, secrets redacted."""
     data = cfg.model_dump(mode="json", exclude_none=True)
@@ -537,4 +567,4 @@ def config_for_storage(cfg: Config) -> dict[str, Any]:
     data["resolved_arms"] = [
         {**a.model_dump(mode="json"), "env": redact_env(a.env)} for a in cfg.resolved_arms()
     ]
-    return data
+    return scrub(data, config_secret_values(cfg))

@@ -21,6 +21,7 @@ def main(argv: list[str]) -> int:
     if b"done" in data:
         return 0
     with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGCONT)  # a stopped (SIGSTOP) server must see the TERM
         os.killpg(pgid, signal.SIGTERM)
         time.sleep(2.0)
         os.killpg(pgid, signal.SIGKILL)

@@ -12,13 +12,15 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
-import signal
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+import requests
 
 from abbench import __version__
 from abbench.arms import Server, start_server
@@ -30,12 +32,24 @@ from abbench.config import (
     placeholder_values,
 )
 from abbench.environment import environment
-from abbench.errors import Interrupted, RequestError, ServerError, StoreError
+from abbench.errors import (
+    AbbenchError,
+    ConfigError,
+    Interrupted,
+    RequestError,
+    ServerError,
+    StoreError,
+)
+from abbench.interrupts import handle_signals
 from abbench.progress import Progress, SilentProgress
 from abbench.report import build_table, render_json, render_markdown
+from abbench.rounds import comparable_records, complete_rounds, fault_notes
 from abbench.schedule import Slot, make_schedule, new_seed
 from abbench.store import Run
 from abbench.workload import Client, PromptMaker, load_prompt_text, run_decode
+
+if TYPE_CHECKING:
+    from abbench.resume import Resumption
 
 
 @dataclass
@@ -155,41 +169,58 @@ class Campaign:
             "schedule": [[s.round, s.position, s.arm] for s in schedule],
             "environment": environment(),
             "servers": {},
+            "pid": os.getpid(),
         }
         return Run.create(self.opts.results, meta, config_for_storage(self.cfg))
 
     # ----------------------------------------------------------- running
-    def execute(self) -> RunOutcome:
+    def execute(self, resume: Resumption | None = None) -> RunOutcome:
+        """Run the schedule (or, resuming, the slots ``resume`` says are left)."""
         self.preflight()
-        schedule, seed = plan(self.cfg, rounds=self.opts.rounds, seed=self.opts.seed)
-        self.run = run = self.create_run(schedule, seed)
+        if resume is None:
+            schedule, seed = plan(self.cfg, rounds=self.opts.rounds, seed=self.opts.seed)
+            self.run = run = self.create_run(schedule, seed)
+        else:
+            self.run = run = resume.run
+            schedule = resume.slots
         self.progress.log(f"run {run.id}: {len(schedule)} server lives, results in {run.path}")
-        status = "complete"
-        with _signals_raise_interrupted(self.stop_event):
+        status, why = "complete", ""
+        resume_hint = f"resume with: abbench run --resume {run.id} --results {self.opts.results}"
+        with handle_signals(self.stop_event):
             try:
-                self.progress.start(len(schedule))
+                self.progress.start(schedule[-1].index + 1 if schedule else 0)
                 for slot in schedule:
                     self.run_slot(slot)
                 self.progress.finish()
-            except Interrupted:
-                status = "interrupted"
+            except Interrupted as e:
+                status, why = "interrupted", e.message
                 self.progress.finish()
-            except StoreError:
-                run.update_meta(status="failed", timing=self.timing.as_dict())
+            except AbbenchError as e:
+                # Disk full, results folder gone, ...: keep what is written, say how to go on.
+                self.progress.finish()
+                with contextlib.suppress(AbbenchError):
+                    run.update_meta(status="failed", error=str(e), timing=self.timing.as_dict())
+                if isinstance(e, StoreError):
+                    raise AbbenchError(
+                        f"the run stopped: {e.message}; every sample written before is kept "
+                        f"in {run.samples_path}", where=e.where,
+                        hint=f"{e.hint or 'fix the cause'}; then {resume_hint}") from None
                 raise
         meta = run.update_meta(status=status, finished=_now(), timing=self.timing.as_dict(),
                                rounds_done=_rounds_done(run))
         report = self.write_report(meta)
         if status == "interrupted":
-            raise Interrupted(f"interrupted; every sample measured so far is kept in "
-                              f"{run.samples_path}",
-                              hint=f"resume with: abbench run --resume {run.id} "
-                                   f"--results {self.opts.results}")
+            raise Interrupted(f"{why}; every sample measured so far is kept in "
+                              f"{run.samples_path}", hint=resume_hint)
         return RunOutcome(run=run, report_md=report, status=status, failed_slots=self.failed)
 
     def write_report(self, meta: dict[str, Any]) -> str:
         assert self.run is not None
-        table = build_table(self.run.records(), meta)
+        records = self.run.records()
+        # Pinpoint's rule: a round with a failed (arm, round) pair leaves the comparison
+        # whole; the report says which pair failed and why.
+        table = build_table(comparable_records(records, meta), meta)
+        table.notes.extend(fault_notes(records, meta))
         md = render_markdown(table)
         self.run.write_text("report.md", md)
         self.run.write_text("report.json", render_json(table))
@@ -204,6 +235,8 @@ class Campaign:
         arm = self.arms[slot.arm]
         base = {"slot": slot.index, "arm": slot.arm, "round": slot.round,
                 "position": slot.position}
+        if self.stop_event.is_set():  # a signal came while a server was being stopped
+            raise Interrupted("interrupted")
         self.progress.slot(slot.index, slot.arm, slot.round, "starting server")
         t_start = time.time()
         server: Server | None = None
@@ -220,7 +253,7 @@ class Campaign:
             self.progress.log(f"  {arm.name} round {slot.round}: ready in {ready_s:.1f} s "
                               f"(port {server.port})")
             self.serve(slot, arm, server, base)
-        except ServerError as e:
+        except (ServerError, ConfigError) as e:  # ConfigError: the program vanished mid-run
             status, reason = "failed", e.message
             self.progress.log(f"  FAILED arm {arm.name}, round {slot.round}: {e}")
         except _SlotFailed as e:
@@ -322,9 +355,10 @@ class Campaign:
         if self.stop_event.is_set():
             raise Interrupted("interrupted")
         self.record(rec)
-        if rec["status"] == "failed" and not server.alive():
-            raise _SlotFailed(f"the server died: {rec['reason']} (exit code "
-                              f"{server.proc.returncode}); log: {server.log_path}")
+        if rec["status"] == "failed":
+            trouble = _server_trouble(server)
+            if trouble:
+                raise _SlotFailed(f"{trouble} ({rec['reason']}); log: {server.log_path}")
 
 
 def default_tasks(cfg: Config) -> list[SlotTask]:
@@ -347,28 +381,21 @@ def _now() -> str:
 
 
 def _rounds_done(run: Run) -> int:
-    rounds = {r["round"] for r in run.records() if r.get("type") == "slot"
-              and r.get("status") == "ok"}
-    return len(rounds)
+    """Rounds in which every arm finished (the rounds the comparison uses)."""
+    return len(complete_rounds(run.records(), run.meta()))
 
 
-@contextlib.contextmanager
-def _signals_raise_interrupted(stop_event: threading.Event) -> Iterator[None]:
-    """SIGINT and SIGTERM: set the stop flag and raise Interrupted in the main thread
-    (once); the ``finally`` blocks then stop the server and keep the samples."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+def _server_trouble(server: Server, timeout: float = 5.0) -> str | None:
+    """After a failed request: why this server cannot go on, or None when it can.
 
-    def handler(signum: int, frame: Any) -> None:
-        if stop_event.is_set():
-            return  # already stopping: let the clean-up finish
-        stop_event.set()
-        raise Interrupted(f"stopped by {signal.Signals(signum).name}")
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    Dead, or alive but not answering its readiness path (hung, e.g. SIGSTOPped).
+    """
+    if not server.alive():
+        return f"the server died (exit code {server.proc.returncode})"
     try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        requests.get(server.base_url + (server.arm.ready.path or "/health"), timeout=timeout)
+    except requests.RequestException:
+        if not server.alive():
+            return f"the server died (exit code {server.proc.returncode})"
+        return f"the server hangs: no answer to GET {server.arm.ready.path} in {timeout:g} s"
+    return None
