@@ -268,3 +268,27 @@ def test_disk_fills_mid_run_keeps_samples_and_resumes(tmp_path: Path, ref: Path,
     assert lines(run)[:len(kept)] == kept
     assert meta(run)["status"] == "complete" and meta(run)["rounds_done"] == 4
     wait_gone(str(ref))
+
+
+def test_sigkill_of_abbench_reaps_grandchildren(tmp_path: Path, ref: Path,
+                                                results: Path) -> None:
+    """PR_SET_PDEATHSIG only reaches the direct child: here a shell that starts the
+    server as its child (no exec). The reaper process kills the whole group."""
+    import sys
+
+    import yaml
+
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": ["--rate", "60"], "b": ["--rate", "60"]},
+                    rounds=4)
+    doc = yaml.safe_load(arms.read_text())
+    for arm in doc["arms"]:
+        arm["shell"] = True
+        arm["start"] = (f"'{sys.executable}' '{ref}' --port \"$ABBENCH_PORT\" --rate 60; "
+                        "echo server ended")
+    arms.write_text(yaml.safe_dump(doc))
+    proc = cli_start("run", arms, "--results", results, "--plain", out=tmp_path / "abbench")
+    run = wait_for(lambda: find_run(results), 60, "the run folder")
+    wait_for(lambda: len(samples(run)) >= 2, 60, "2 samples")
+    proc.kill()
+    proc.wait()
+    wait_gone(str(ref), timeout=10)
