@@ -30,18 +30,22 @@ from typing import BinaryIO
 import requests
 
 from abbench.config import ResolvedArm, scrub, secret_values
-from abbench.errors import ConfigError, Interrupted, ServerError, StoreError
+from abbench.errors import AbbenchError, ConfigError, Interrupted, ServerError, StoreError
 from abbench.interrupts import shielded
 
 _PR_SET_PDEATHSIG = 1
 
 
-def _set_pdeathsig() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except OSError:
-        pass
+def _pdeathsig(parent: int) -> Callable[[], None]:
+    def set_it() -> None:  # runs in the child between fork and exec
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except OSError:
+            pass
+        if os.getppid() != parent:  # abbench died before prctl: no signal will come
+            os.kill(os.getpid(), signal.SIGKILL)
+    return set_it
 
 
 def free_port(host: str) -> int:
@@ -183,13 +187,7 @@ class Server:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
         finally:
-            if self.reaper is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    assert self.reaper.stdin is not None
-                    self.reaper.stdin.write(b"done\n")
-                    self.reaper.stdin.close()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.reaper.wait(timeout=5)
+            _release_reaper(self.reaper)
             if self._log_file is not None:
                 with contextlib.suppress(OSError):
                     self._log_file.close()  # type: ignore[attr-defined]
@@ -233,38 +231,64 @@ def start_server(arm: ResolvedArm, *, round_: int, log_path: Path, argv_for_port
 
 def _spawn(arm: ResolvedArm, round_: int, port: int, argv: list[str], env: dict[str, str],
            log_path: Path, log_file: BinaryIO) -> Server:
+    # The reaper starts first and learns the group id once the server exists: there
+    # is no moment in which the server runs without a watchdog.
+    reaper = _start_reaper()
     try:
         proc = subprocess.Popen(
             argv, cwd=arm.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_set_pdeathsig,
+            stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_pdeathsig(os.getpid()),
         )
-    except FileNotFoundError:
-        log_file.close()
-        raise ConfigError(f"program {argv[0]!r} not found", where=f"arm {arm.name}: start[0]",
-                          hint="install it or give its full path") from None
-    except PermissionError:
-        log_file.close()
-        raise ConfigError(f"program {argv[0]!r} is not executable",
-                          where=f"arm {arm.name}: start[0]",
-                          hint=f"chmod +x {argv[0]}, or fix the path") from None
     except OSError as e:
+        _release_reaper(reaper)
         log_file.close()
-        raise ServerError(f"could not start {argv[0]!r}: {e}", where=f"arm {arm.name}, "
-                          f"round {round_}") from None
+        raise _popen_error(e, arm, round_, argv) from None
     started = time.perf_counter()
-    reaper = _start_reaper(proc.pid)
+    if reaper is not None:
+        try:
+            assert reaper.stdin is not None
+            reaper.stdin.write(f"{proc.pid}\n".encode())
+            reaper.stdin.flush()
+        except OSError:
+            reaper = None
     return Server(arm=arm, round=round_, port=port, log_path=log_path, proc=proc, reaper=reaper,
                   started_at=started, _log_file=log_file)
 
 
-def _start_reaper(pgid: int) -> subprocess.Popen[bytes] | None:
+def _popen_error(e: OSError, arm: ResolvedArm, round_: int, argv: list[str]) -> AbbenchError:
+    if isinstance(e, FileNotFoundError):
+        return ConfigError(f"program {argv[0]!r} not found", where=f"arm {arm.name}: start[0]",
+                           hint="install it or give its full path")
+    if isinstance(e, PermissionError):
+        return ConfigError(f"program {argv[0]!r} is not executable",
+                           where=f"arm {arm.name}: start[0]",
+                           hint=f"chmod +x {argv[0]}, or fix the path")
+    return ServerError(f"could not start {argv[0]!r}: {e}", where=f"arm {arm.name}, "
+                       f"round {round_}")
+
+
+def _start_reaper() -> subprocess.Popen[bytes] | None:
+    """``python -m abbench.reaper``; its first input line will be the server's pgid."""
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "abbench.reaper", str(pgid)], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "abbench.reaper"], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
     except OSError:
         return None
+
+
+def _release_reaper(reaper: subprocess.Popen[bytes] | None) -> None:
+    """Tell a reaper its server is gone (or never started) and let it exit."""
+    if reaper is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        assert reaper.stdin is not None
+        reaper.stdin.write(b"done\n")
+        reaper.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        reaper.wait(timeout=5)
 
 
 @contextlib.contextmanager

@@ -45,7 +45,14 @@ def wait_for(cond: Callable[[], Any], timeout: float = 60, what: str = "conditio
 
 def wait_gone(pattern: str, timeout: float = 15) -> None:
     """Assert that no process whose command line holds ``pattern`` is left."""
-    wait_for(lambda: no_process_left(pattern), timeout, f"no process matching {pattern!r}")
+    try:
+        wait_for(lambda: no_process_left(pattern), timeout, f"no process matching {pattern!r}")
+    except AssertionError as e:
+        import psutil
+        left = [(p.pid, p.info["status"], " ".join(p.info["cmdline"] or [])[:200])
+                for p in psutil.process_iter(["cmdline", "status"])
+                if pattern in " ".join(p.info["cmdline"] or [])]
+        raise AssertionError(f"{e}; left: {left}") from None
 
 
 def find_run(results: Path) -> Path | None:
