@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -53,11 +54,17 @@ def real_arms(path: Path, parts: dict[str, str], tag: str, *, rounds: int = 2,
     return path
 
 
-def _mid_stream(results: Path, arm: str) -> Path:
+def _mid_stream(results: Path, arm: str, proc: subprocess.Popen[bytes]) -> Path:
     """Wait until ``arm``'s server is decoding a measured request (after warm-up);
-    return the run folder."""
+    return the run folder. Fails at once, with the logs, if abbench ends first."""
     def decoding() -> Path | None:
         run = find_run(results)
+        if proc.poll() is not None:
+            logs = "" if run is None else "\n".join(
+                f"== {p.name}\n{p.read_text(errors='replace')[-1500:]}"
+                for p in sorted((run / "logs").glob("*.log")))
+            raise AssertionError(f"abbench ended (code {proc.returncode}) before arm {arm} "
+                                 f"was seen decoding\n{logs}")
         if run is None:
             return None
         for log in (run / "logs").glob(f"{arm}-r*.log"):
@@ -88,7 +95,7 @@ def test_kill9_of_a_server_mid_run(tmp_path: Path, real_parts: dict[str, str], t
     resume then runs the failed round again."""
     arms = real_arms(tmp_path / "arms.yaml", real_parts, tag)
     proc = cli_start("run", arms, "--results", results, "--plain", out=tmp_path / "ab")
-    run = _mid_stream(results, "b")
+    run = _mid_stream(results, "b", proc)
     before = lines(run)
     [pid] = _server_pids(f"{tag}-b")
     victim_round = next(int(p.stem.split("-r")[1]) for p in (run / "logs").glob("b-r*.log"))
@@ -123,7 +130,7 @@ def test_sigstop_hang_times_out_and_stops_the_server(tmp_path: Path,
                                                      results: Path) -> None:
     arms = real_arms(tmp_path / "arms.yaml", real_parts, tag, rounds=1, request_timeout=3)
     proc = cli_start("run", arms, "--results", results, "--plain", out=tmp_path / "ab")
-    run = _mid_stream(results, "b")
+    run = _mid_stream(results, "b", proc)
     before = lines(run)
     [pid] = _server_pids(f"{tag}-b")
     os.kill(pid, signal.SIGSTOP)
@@ -185,7 +192,7 @@ def test_abbench_stopped_mid_stream_then_resumed(tmp_path: Path, real_parts: dic
                                                  sig: signal.Signals) -> None:
     arms = real_arms(tmp_path / "arms.yaml", real_parts, tag)
     proc = cli_start("run", arms, "--results", results, "--plain", out=tmp_path / "ab")
-    run = _mid_stream(results, "a")
+    run = _mid_stream(results, "a", proc)
     before = lines(run)
     code = send(proc, sig)
     err = (tmp_path / "ab.err").read_text()
