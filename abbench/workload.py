@@ -169,7 +169,12 @@ class Client:
         else:
             body = {"prompt": text, "add_special_tokens": add_special}
         try:
-            r = self.session.post(self.base_url + path, json=body, timeout=120)
+            try:
+                r = self.session.post(self.base_url + path, json=body, timeout=120)
+            except requests.ConnectionError:
+                # llama-server closes the kept-alive connection after a streamed
+                # completion; the pool may hand it out once more: one retry, on a new one.
+                r = self.session.post(self.base_url + path, json=body, timeout=120)
             r.raise_for_status()
             return [int(t) if not isinstance(t, dict) else int(t["id"]) for t in r.json()["tokens"]]
         except (requests.RequestException, ValueError, KeyError) as e:

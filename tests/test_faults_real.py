@@ -214,3 +214,22 @@ def test_abbench_stopped_mid_stream_then_resumed(tmp_path: Path, real_parts: dic
     assert lines(run)[:len(before)] == before
     assert "decode 256 (tok/s)" in p.stdout
     wait_gone(tag)
+
+
+def test_no_sample_fails_without_a_fault(tmp_path: Path, real_parts: dict[str, str],
+                                         tag: str, results: Path) -> None:
+    """The control for the tests above: without a fault every sample is valid.
+
+    It caught a real bug: llama-server closes the kept-alive connection after a
+    streamed completion, and the next request (the tokenize of the first measured
+    prompt, right after the warm-up) got that dead connection from the pool
+    ("Remote end closed connection"), failing a sample in most runs.
+    """
+    arms = real_arms(tmp_path / "arms.yaml", real_parts, tag, rounds=3)
+    p = cli("run", arms, "--results", results, "--plain")
+    assert p.returncode == 0, p.stderr
+    run = only_run(results)
+    bad = [(s["arm"], s["round"], s["reason"]) for s in samples(run) if not s["valid"]]
+    assert bad == []
+    assert len(samples(run)) == 6
+    wait_gone(tag)
