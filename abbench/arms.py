@@ -25,21 +25,27 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import requests
 
-from abbench.config import ResolvedArm
-from abbench.errors import ConfigError, Interrupted, ServerError
+from abbench.config import ResolvedArm, scrub, secret_values
+from abbench.errors import AbbenchError, ConfigError, Interrupted, ServerError, StoreError
+from abbench.interrupts import shielded
 
 _PR_SET_PDEATHSIG = 1
 
 
-def _set_pdeathsig() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except OSError:
-        pass
+def _pdeathsig(parent: int) -> Callable[[], None]:
+    def set_it() -> None:  # runs in the child between fork and exec
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except OSError:
+            pass
+        if os.getppid() != parent:  # abbench died before prctl: no signal will come
+            os.kill(os.getpid(), signal.SIGKILL)
+    return set_it
 
 
 def free_port(host: str) -> int:
@@ -50,8 +56,14 @@ def free_port(host: str) -> int:
 
 
 def port_in_use(host: str, port: int) -> bool:
+    """True when another process listens on (host, port).
+
+    SO_REUSEADDR, as servers set it: a TIME_WAIT left by the previous round's server
+    on a fixed port is no conflict, a live listener is.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -153,9 +165,16 @@ class Server:
             session.close()
 
     def stop(self) -> int | None:
-        """SIGTERM the process group, SIGKILL after the grace period. Idempotent."""
+        """SIGTERM the process group, SIGKILL after the grace period. Idempotent.
+
+        Shielded: a Ctrl-C cannot cut a stop short and leave the server running.
+        """
         if self.stopped:
             return self.proc.returncode
+        with shielded(raise_pending=False):
+            return self._stop()
+
+    def _stop(self) -> int | None:
         self.stopped = True
         try:
             pgid = self.proc.pid  # start_new_session: pgid == pid
@@ -170,13 +189,7 @@ class Server:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
         finally:
-            if self.reaper is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    assert self.reaper.stdin is not None
-                    self.reaper.stdin.write(b"done\n")
-                    self.reaper.stdin.close()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.reaper.wait(timeout=5)
+            _release_reaper(self.reaper)
             if self._log_file is not None:
                 with contextlib.suppress(OSError):
                     self._log_file.close()  # type: ignore[attr-defined]
@@ -202,42 +215,82 @@ def start_server(arm: ResolvedArm, *, round_: int, log_path: Path, argv_for_port
                ABBENCH_ROUND=str(round_))
     if env_extra:
         env.update(env_extra)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_file = open(log_path, "ab")  # noqa: SIM115 - closed by Server.stop
-    log_file.write(f"# abbench: {' '.join(argv)}\n".encode())
-    log_file.flush()
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = open(log_path, "ab")  # noqa: SIM115 - closed by Server.stop
+        shown = scrub(" ".join(argv), secret_values(arm.env, os.environ))
+        log_file.write(f"# abbench: {shown}\n".encode())
+        log_file.flush()
+    except OSError as e:
+        raise StoreError(f"cannot write the server log: {e.strerror or e}", where=str(log_path),
+                         hint="free disk space or fix permissions of the results directory, "
+                              "then resume the run") from None
+    # Shielded from here until the Server exists: an interrupt now would leave a
+    # started server that no one stops (it then raises at the next stop-flag check).
+    with shielded(raise_pending=False):
+        return _spawn(arm, round_, port, argv, env, log_path, log_file)
+
+
+def _spawn(arm: ResolvedArm, round_: int, port: int, argv: list[str], env: dict[str, str],
+           log_path: Path, log_file: BinaryIO) -> Server:
+    # The reaper starts first and learns the group id once the server exists: there
+    # is no moment in which the server runs without a watchdog.
+    reaper = _start_reaper()
     try:
         proc = subprocess.Popen(
             argv, cwd=arm.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_set_pdeathsig,
+            stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_pdeathsig(os.getpid()),
         )
-    except FileNotFoundError:
-        log_file.close()
-        raise ConfigError(f"program {argv[0]!r} not found", where=f"arm {arm.name}: start[0]",
-                          hint="install it or give its full path") from None
-    except PermissionError:
-        log_file.close()
-        raise ConfigError(f"program {argv[0]!r} is not executable",
-                          where=f"arm {arm.name}: start[0]",
-                          hint=f"chmod +x {argv[0]}, or fix the path") from None
     except OSError as e:
+        _release_reaper(reaper)
         log_file.close()
-        raise ServerError(f"could not start {argv[0]!r}: {e}", where=f"arm {arm.name}, "
-                          f"round {round_}") from None
+        raise _popen_error(e, arm, round_, argv) from None
     started = time.perf_counter()
-    reaper = _start_reaper(proc.pid)
+    if reaper is not None:
+        try:
+            assert reaper.stdin is not None
+            reaper.stdin.write(f"{proc.pid}\n".encode())
+            reaper.stdin.flush()
+        except OSError:
+            reaper = None
     return Server(arm=arm, round=round_, port=port, log_path=log_path, proc=proc, reaper=reaper,
                   started_at=started, _log_file=log_file)
 
 
-def _start_reaper(pgid: int) -> subprocess.Popen[bytes] | None:
+def _popen_error(e: OSError, arm: ResolvedArm, round_: int, argv: list[str]) -> AbbenchError:
+    if isinstance(e, FileNotFoundError):
+        return ConfigError(f"program {argv[0]!r} not found", where=f"arm {arm.name}: start[0]",
+                           hint="install it or give its full path")
+    if isinstance(e, PermissionError):
+        return ConfigError(f"program {argv[0]!r} is not executable",
+                           where=f"arm {arm.name}: start[0]",
+                           hint=f"chmod +x {argv[0]}, or fix the path")
+    return ServerError(f"could not start {argv[0]!r}: {e}", where=f"arm {arm.name}, "
+                       f"round {round_}")
+
+
+def _start_reaper() -> subprocess.Popen[bytes] | None:
+    """``python -m abbench.reaper``; its first input line will be the server's pgid."""
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "abbench.reaper", str(pgid)], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "abbench.reaper"], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
     except OSError:
         return None
+
+
+def _release_reaper(reaper: subprocess.Popen[bytes] | None) -> None:
+    """Tell a reaper its server is gone (or never started) and let it exit."""
+    if reaper is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        assert reaper.stdin is not None
+        reaper.stdin.write(b"done\n")
+        reaper.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        reaper.wait(timeout=5)
 
 
 @contextlib.contextmanager

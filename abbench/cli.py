@@ -33,7 +33,7 @@ def _fail(e: AbbenchError) -> None:
 
 @app.command()
 def run(
-    arms_file: Annotated[Path, typer.Argument(help="the arms file (YAML)")],
+    arms_file: Annotated[Path | None, typer.Argument(help="the arms file (YAML)")] = None,
     rounds: Annotated[int | None, typer.Option("--rounds", min=1, help="override rounds:")] = None,
     seed: Annotated[int | None, typer.Option("--seed", min=0, help="override seed:")] = None,
     results: ResultsOpt = None,
@@ -41,21 +41,35 @@ def run(
                                               "(default: live on a terminal)")] = None,
     until_ci: UntilCiOpt = None,
     max_rounds: MaxRoundsOpt = None,
+    resume: Annotated[str | None, typer.Option("--resume", metavar="RUN", help="continue an "
+                                               "interrupted run (id, prefix or folder)")] = None,
 ) -> None:
     """Start each arm's server in interleaved rounds, measure, print the markdown table.
 
     Example: abbench run arms/llama-cpu.yaml --rounds 4 --seed 7 --until-ci 1%
     """
     from abbench.config import load_config
+    from abbench.errors import ConfigError
     from abbench.progress import make_progress
+    from abbench.resume import resume_run
     from abbench.runner import Campaign, RunOptions
     from abbench.sequential import with_stats
 
     try:
-        cfg = with_stats(load_config(arms_file), until_ci=until_ci, max_rounds=max_rounds)
-        opts = RunOptions(results=results or Path(cfg.results), rounds=rounds, seed=seed,
-                          config_path=str(arms_file))
-        outcome = Campaign(cfg, opts, progress=make_progress(live)).execute()
+        if resume is not None:
+            if arms_file is not None or rounds is not None or seed is not None:
+                raise ConfigError("--resume takes the arms file, rounds and seed from the run",
+                                  hint=f"abbench run --resume {resume} [--results DIR]")
+            outcome = resume_run(resume, results or Path("results"),
+                                 progress=make_progress(live))
+        elif arms_file is None:
+            raise ConfigError("no arms file", hint="abbench run ARMS_FILE, or abbench run "
+                              "--resume RUN to continue a run")
+        else:
+            cfg = with_stats(load_config(arms_file), until_ci=until_ci, max_rounds=max_rounds)
+            opts = RunOptions(results=results or Path(cfg.results), rounds=rounds, seed=seed,
+                              config_path=str(arms_file))
+            outcome = Campaign(cfg, opts, progress=make_progress(live)).execute()
     except AbbenchError as e:
         _fail(e)
         return

@@ -26,6 +26,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from abbench.collectors.settings import CollectorSettings
 from abbench.errors import ConfigError
@@ -91,7 +92,7 @@ class ServerSpec(_Frozen):
     cwd: str | None = None
     env: dict[str, str] | None = None
     host: str | None = None
-    port: int | Literal["auto"] | None = None
+    port: Annotated[int, Field(ge=1, le=65535)] | Literal["auto"] | None = None
     ready: Readiness | None = None
     stop_grace: float | None = Field(None, ge=0)
     request_timeout: float | None = Field(None, gt=0)
@@ -201,14 +202,22 @@ class Config(_Frozen):
             return {str(k): str(val) for k, val in v.items()}
         return v
 
-    @model_validator(mode="after")
-    def _check_arms(self) -> Config:
-        names = [a.name for a in self.arms]
+    @field_validator("arms")
+    @classmethod
+    def _unique_names(cls, arms: list[ArmConfig]) -> list[ArmConfig]:
+        names = [a.name for a in arms]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"arm names must be unique; repeated: {', '.join(dup)}")
+        return arms
+
+    @model_validator(mode="after")
+    def _check_arms(self) -> Config:
+        names = [a.name for a in self.arms]
         if self.baseline is not None and self.baseline not in names:
-            raise ValueError(f"baseline {self.baseline!r} is not an arm; arms: {', '.join(names)}")
+            raise PydanticCustomError(
+                "baseline", "baseline {baseline} is not an arm; arms: {arms}",
+                {"baseline": repr(self.baseline), "arms": ", ".join(names)})
         return self
 
     @property
@@ -368,7 +377,10 @@ def check_arm(cfg: Config, arm: ResolvedArm, *, strict_exec: bool) -> list[str]:
                               hint="pass --port $ABBENCH_PORT (or the server's flag), or fix "
                                    "port: to a number")
         return warnings
-    argv = arm.command(values)
+    try:
+        argv = arm.command(values)
+    except ConfigError as e:  # name the file and field, not just the arm
+        raise ConfigError(e.message, where=f"{where}.start", hint=e.hint) from None
     if arm.port == "auto" and not any("{port}" in a or "{base_url}" in a for a in arm.argv):
         raise ConfigError("the port is automatic but start never uses {port}",
                           where=f"{where}.start",
@@ -423,13 +435,16 @@ def expand_env(text: str, *, where: str, environ: Mapping[str, str] | None = Non
     return _ENV_RE.sub(repl, text)
 
 
-def _expand_tree(node: Any, path: tuple[Any, ...], src: str) -> Any:
+def _expand_tree(node: Any, path: tuple[Any, ...], src: str,
+                 lines: dict[tuple[Any, ...], int] | None = None) -> Any:
     if isinstance(node, str):
-        return expand_env(node, where=f"{src}: {_fmt_loc(path)}")
+        line = (lines or {}).get(path)
+        at = f"line {line}, " if line else ""
+        return expand_env(node, where=f"{src}: {at}{_fmt_loc(path)}")
     if isinstance(node, list):
-        return [_expand_tree(v, (*path, i), src) for i, v in enumerate(node)]
+        return [_expand_tree(v, (*path, i), src, lines) for i, v in enumerate(node)]
     if isinstance(node, dict):
-        return {k: _expand_tree(v, (*path, k), src) for k, v in node.items()}
+        return {k: _expand_tree(v, (*path, k), src, lines) for k, v in node.items()}
     return node
 
 
@@ -470,42 +485,102 @@ _HINTS = {
     "missing": "add it; README.md's arms.yaml reference shows an example",
     "literal_error": "use one of the values listed",
     "too_short": "give at least the number of items asked for",
+    "int_parsing": "write a whole number, without quotes or units",
+    "int_from_float": "write a whole number",
+    "int_type": "write a whole number",
+    "float_parsing": "write a number",
+    "bool_parsing": "write true or false",
+    "greater_than_equal": "use a larger value (the smallest allowed is named)",
+    "greater_than": "use a larger value (the bound is named)",
+    "less_than_equal": "use a smaller value (the largest allowed is named)",
+    "string_pattern_mismatch": "names use letters, digits and _ . + - only (no spaces), "
+                               "starting with a letter or digit",
+    "dict_type": "write it as a mapping: one NAME: value per line",
+    "list_type": "write it as a list: [a, b] or one '- item' per line",
+    "string_type": "write a string (quote it if YAML reads it as something else)",
+    "value_error": "see the message; README.md documents each field",
+    "baseline": "set baseline: to one of the arm names, or leave it out (the first arm)",
 }
+
+# pydantic names the member of a union that failed ("int", "literal['auto']"):
+# not a field, left out of the field path.
+_UNION_TAGS = {"int", "str", "float", "bool", "list", "dict", "constrained-int"}
 
 
 def config_from_data(data: Any, *, source: str, text: str = "") -> Config:
     if not isinstance(data, dict):
         raise ConfigError("the file must be a YAML mapping (arms:, workloads:, ...)", where=source,
                           hint="see arms/llama-cpu.yaml for an example")
-    data = _expand_tree(data, (), source)
+    lines = _line_map(text)
+    data = _expand_tree(data, (), source, lines)
     try:
         cfg = Config.model_validate({**data, "source": source})
     except ValidationError as e:
-        raise _config_error(e, source, _line_map(text)) from None
+        raise _config_error(e, source, lines) from None
     return cfg
 
 
 def _config_error(e: ValidationError, source: str,
                   lines: dict[tuple[Any, ...], int]) -> ConfigError:
-    msgs = []
+    by_loc: dict[tuple[Any, ...], list[str]] = {}
     hint = None
     for err in e.errors():
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or
-                                                                           p.startswith("function"))))
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (
+            "[" in p or p.startswith("function") or p in _UNION_TAGS)))
+        if err["type"] == "baseline":
+            loc = ("baseline",)
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown key {loc[-1]!r}"
+        if msg.startswith("arm names must be unique"):
+            hint = hint or "give each arm its own name"
+        by_loc.setdefault(loc, []).append(msg)
+        hint = hint or _HINTS.get(err["type"])
+    msgs = []
+    for loc, parts in by_loc.items():  # a union's members: "a valid integer, or 'auto'"
         line = None
         probe = loc
         while probe and line is None:
             line = lines.get(probe)
             probe = probe[:-1]
-        field = _fmt_loc(loc)
         at = f"line {line}, " if line else ""
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = f"unknown key {loc[-1]!r}"
-        msgs.append(f"{at}{field}: {msg}")
-        hint = hint or _HINTS.get(err["type"])
+        msgs.append(f"{at}{_fmt_loc(loc)}: " + ", or ".join(parts))
     return ConfigError("; ".join(msgs), where=source,
                        hint=hint or "fix the field named; README.md documents each field")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the
+    last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            try:
+                key = self.construct_object(key_node, deep=deep)
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: the base class says so
+                continue
+            if first != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice (first on line {first})",
+                    key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+def _check_files(cfg: Config, src: str, lines: dict[tuple[Any, ...], int]) -> None:
+    """Files the config names that must exist before a run (prompt texts)."""
+    for i, w in enumerate(cfg.workloads):
+        if w.prompt.source == "file" and w.prompt.path:
+            p = Path(w.prompt.path)
+            p = p if p.is_absolute() else cfg.base_dir / p
+            if not p.is_file():
+                loc = ("workloads", i, "prompt", "path")
+                line = lines.get(loc) or lines.get(loc[:3])
+                at = f"line {line}, " if line else ""
+                raise ConfigError(f"{at}{_fmt_loc(loc)}: the prompt file {str(p)!r} does not "
+                                  "exist", where=src,
+                                  hint="give a text file, relative to the arms file")
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
@@ -519,16 +594,22 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read the file: {e}", where=src) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"{at}YAML syntax error: {problem}", where=src,
-                          hint="check indentation and quoting near that line") from None
+        twice = "given twice" in problem
+        raise ConfigError(f"{at}{'YAML error' if twice else 'YAML syntax error'}: {problem}",
+                          where=src, hint="keep one of them" if twice else
+                          "check indentation and quoting near that line") from None
+    if data is None:
+        raise ConfigError("the file is empty", where=src,
+                          hint="see arms/llama-cpu.yaml for an example")
     cfg = config_from_data(data, source=src, text=text)
     for arm in cfg.resolved_arms():  # resolves presets and start commands: fail early
         check_arm(cfg, arm, strict_exec=False)
+    _check_files(cfg, src, _line_map(text))
     return cfg
 
 
@@ -543,6 +624,36 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: ("***" if is_secret_name(k) and v else v) for k, v in env.items()}
 
 
+def secret_values(*envs: Mapping[str, str]) -> list[str]:
+    """Values of the secret-looking variables of ``envs``, longest first, to be
+    scrubbed from anything abbench writes. Short values and paths are left out: they
+    are not secrets, and scrubbing them would mangle unrelated text."""
+    vals = {v for env in envs for k, v in env.items()
+            if is_secret_name(k) and len(v) >= 6 and not v.startswith(("/", "~", "."))}
+    return sorted(vals, key=len, reverse=True)
+
+
+def scrub(obj: Any, values: list[str]) -> Any:
+    """``obj`` (str, or lists/dicts of them) with every secret value replaced by ***."""
+    if isinstance(obj, str):
+        for v in values:
+            obj = obj.replace(v, "***")
+        return obj
+    if isinstance(obj, list):
+        return [scrub(v, values) for v in obj]
+    if isinstance(obj, dict):
+        return {k: scrub(v, values) for k, v in obj.items()}
+    return obj
+
+
+def config_secret_values(cfg: Config) -> list[str]:
+    """Secret values a config can carry: its env and vars, and the environment's
+    (``${HF_TOKEN}`` expands into start commands)."""
+    envs: list[Mapping[str, str]] = [os.environ, cfg.vars, cfg.defaults.env or {}]
+    envs += [a.env or {} for a in cfg.arms]
+    return secret_values(*envs)
+
+
 def config_for_storage(cfg: Config) -> dict[str, Any]:
     """The resolved config as stored with a run, secrets redacted."""
     data = cfg.model_dump(mode="json", exclude_none=True)
@@ -555,4 +666,4 @@ def config_for_storage(cfg: Config) -> dict[str, Any]:
     data["resolved_arms"] = [
         {**a.model_dump(mode="json"), "env": redact_env(a.env)} for a in cfg.resolved_arms()
     ]
-    return data
+    return scrub(data, config_secret_values(cfg))

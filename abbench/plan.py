@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from abbench.config import Config, check_arm, format_context
+from abbench.config import Config, check_arm, config_secret_values, format_context, scrub
 from abbench.runner import plan
 from abbench.schedule import position_counts
 
@@ -18,7 +18,7 @@ def describe_plan(cfg: Config, *, rounds: int | None = None, seed: int | None = 
         base = " (baseline)" if arm.name == cfg.baseline_name else ""
         lines.append(f"  {arm.name}{base}: label {arm.label!r}, preset {arm.preset}, "
                      f"port {arm.port}, ready {arm.ready.path} within {arm.ready.timeout:g} s")
-        lines.append(f"    start: {' '.join(arm.argv)}")
+        lines.append(f"    start: {scrub(' '.join(arm.argv), config_secret_values(cfg))}")
     seed_s = f", seed {seed}" if cfg.order == "interleaved" else ""
     lines.append(f"rounds: {n_rounds} x {cfg.reps} rep(s), order {cfg.order}{seed_s}, "
                  f"{cfg.warmup} warm-up request(s) after each start")

@@ -1,7 +1,8 @@
-"""Watchdog for one server's process group: ``python -m abbench.reaper PGID``.
+"""Watchdog for one server's process group: ``python -m abbench.reaper``.
 
-abbench keeps this process's stdin open. A ``done`` line means the server was
-stopped normally. End of input without it means abbench died (even by SIGKILL):
+abbench starts it before the server and writes the server's process group id as
+the first line of its stdin, then keeps stdin open. A ``done`` line means the
+server was stopped normally. End of input without it means abbench died (even by SIGKILL):
 the reaper then kills the whole group, so no server outlives abbench.
 """
 
@@ -15,12 +16,17 @@ import time
 
 
 def main(argv: list[str]) -> int:
-    pgid = int(argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is abbench's to handle
+    first = sys.stdin.buffer.readline()  # the server's pgid, once it is started
+    try:
+        pgid = int(first)
+    except ValueError:
+        return 0  # no server started (or abbench died before it did)
     data = sys.stdin.buffer.read()  # returns at EOF: abbench closed us or died
     if b"done" in data:
         return 0
     with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGCONT)  # a stopped (SIGSTOP) server must see the TERM
         os.killpg(pgid, signal.SIGTERM)
         time.sleep(2.0)
         os.killpg(pgid, signal.SIGKILL)

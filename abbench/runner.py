@@ -12,13 +12,15 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
-import signal
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+import requests
 
 from abbench import __version__
 from abbench.arms import Server, start_server
@@ -31,12 +33,24 @@ from abbench.config import (
     placeholder_values,
 )
 from abbench.environment import environment
-from abbench.errors import Interrupted, RequestError, ServerError, StoreError
+from abbench.errors import (
+    AbbenchError,
+    ConfigError,
+    Interrupted,
+    RequestError,
+    ServerError,
+    StoreError,
+)
+from abbench.interrupts import handle_signals
 from abbench.progress import Progress, SilentProgress
 from abbench.report import build_table, render_json, render_markdown
+from abbench.rounds import comparable_records, complete_rounds, fault_notes
 from abbench.schedule import Slot, make_schedule, new_seed
 from abbench.store import Run
 from abbench.workload import Client, PromptMaker, load_prompt_text, run_decode
+
+if TYPE_CHECKING:
+    from abbench.resume import Resumption
 
 
 @dataclass
@@ -127,7 +141,6 @@ class Campaign:
         self.tasks = tasks if tasks is not None else default_tasks(cfg)
         self.arms = {a.name: a for a in cfg.resolved_arms()}
         self.stop_event = threading.Event()
-        self.guard = SignalGuard(self.stop_event)
         self.timing = Timing()
         self.run: Run | None = None
         self.failed = 0
@@ -157,36 +170,49 @@ class Campaign:
             "schedule": [[s.round, s.position, s.arm] for s in schedule],
             "environment": environment(),
             "servers": {},
+            "pid": os.getpid(),
         }
         return Run.create(self.opts.results, meta, config_for_storage(self.cfg))
 
     # ----------------------------------------------------------- running
-    def execute(self) -> RunOutcome:
+    def execute(self, resume: Resumption | None = None) -> RunOutcome:
+        """Run the schedule (or, resuming, the slots ``resume`` says are left)."""
         self.preflight()
-        schedule, seed = plan(self.cfg, rounds=self.opts.rounds, seed=self.opts.seed)
-        self.run = run = self.create_run(schedule, seed)
+        if resume is None:
+            schedule, seed = plan(self.cfg, rounds=self.opts.rounds, seed=self.opts.seed)
+            self.run = run = self.create_run(schedule, seed)
+        else:
+            self.run = run = resume.run
+            schedule = resume.slots
         self.progress.log(f"run {run.id}: {len(schedule)} server lives, results in {run.path}")
-        status = "complete"
-        with self.guard.installed():
+        status, why = "complete", ""
+        resume_hint = f"resume with: abbench run --resume {run.id} --results {self.opts.results}"
+        with handle_signals(self.stop_event):
             try:
-                self.progress.start(len(schedule))
-                for slot in self.slots(schedule, seed):
+                self.progress.start(schedule[-1].index + 1 if schedule else 0)
+                for slot in self.slots(schedule, run.meta()["seed"]):
                     self.run_slot(slot)
                 self.progress.finish()
-            except Interrupted:
-                status = "interrupted"
+            except Interrupted as e:
+                status, why = "interrupted", e.message
                 self.progress.finish()
-            except StoreError:
-                run.update_meta(status="failed", timing=self.timing.as_dict())
+            except AbbenchError as e:
+                # Disk full, results folder gone, ...: keep what is written, say how to go on.
+                self.progress.finish()
+                with contextlib.suppress(AbbenchError):
+                    run.update_meta(status="failed", error=str(e), timing=self.timing.as_dict())
+                if isinstance(e, StoreError):
+                    raise AbbenchError(
+                        f"the run stopped: {e.message}; every sample written before is kept "
+                        f"in {run.samples_path}", where=e.where,
+                        hint=f"{e.hint or 'fix the cause'}; then {resume_hint}") from None
                 raise
         meta = run.update_meta(status=status, finished=_now(), timing=self.timing.as_dict(),
                                rounds_done=_rounds_done(run))
         report = self.write_report(meta)
         if status == "interrupted":
-            raise Interrupted(f"interrupted; every sample measured so far is kept in "
-                              f"{run.samples_path}",
-                              hint=f"resume with: abbench run --resume {run.id} "
-                                   f"--results {self.opts.results}")
+            raise Interrupted(f"{why}; every sample measured so far is kept in "
+                              f"{run.samples_path}", hint=resume_hint)
         return RunOutcome(run=run, report_md=report, status=status, failed_slots=self.failed)
 
     def slots(self, schedule: list[Slot], seed: int) -> Iterator[Slot]:
@@ -198,7 +224,11 @@ class Campaign:
 
     def write_report(self, meta: dict[str, Any]) -> str:
         assert self.run is not None
-        table = build_table(self.run.records(), meta)
+        records = self.run.records()
+        # Pinpoint's rule: a round with a failed (arm, round) pair leaves the comparison
+        # whole; the report says which pair failed and why.
+        table = build_table(comparable_records(records, meta), meta)
+        table.notes.extend(fault_notes(records, meta))
         md = render_markdown(table)
         self.run.write_text("report.md", md)
         self.run.write_text("report.json", render_json(table))
@@ -206,14 +236,15 @@ class Campaign:
 
     def record(self, rec: dict[str, Any]) -> None:
         assert self.run is not None
-        with self.guard.protected():
-            self.run.append(rec)
+        self.run.append(rec)  # shielded from interrupts: never half a line
 
     def run_slot(self, slot: Slot) -> None:
         assert self.run is not None
         arm = self.arms[slot.arm]
         base = {"slot": slot.index, "arm": slot.arm, "round": slot.round,
                 "position": slot.position}
+        if self.stop_event.is_set():  # a signal came while a server was being stopped
+            raise Interrupted("interrupted")
         self.progress.slot(slot.index, slot.arm, slot.round, "starting server")
         t_start = time.time()
         server: Server | None = None
@@ -230,7 +261,7 @@ class Campaign:
             self.progress.log(f"  {arm.name} round {slot.round}: ready in {ready_s:.1f} s "
                               f"(port {server.port})")
             self.serve(slot, arm, server, base)
-        except ServerError as e:
+        except (ServerError, ConfigError) as e:  # ConfigError: the program vanished mid-run
             status, reason = "failed", e.message
             self.progress.log(f"  FAILED arm {arm.name}, round {slot.round}: {e}")
         except _SlotFailed as e:
@@ -242,8 +273,8 @@ class Campaign:
         finally:
             code = None
             if server is not None:
-                with self.guard.protected(), self.timing.count("server_s"):
-                    code = server.stop()
+                with self.timing.count("server_s"):
+                    code = server.stop()  # shielded: an interrupt waits for the stop
             if status != "ok":
                 self.failed += status == "failed"
             slot_rec = {**base, "type": "slot", "status": status, "reason": reason,
@@ -254,7 +285,7 @@ class Campaign:
                 slot_rec["ready_s"] = server.ready_at - server.started_at
             if status == "failed" and server is not None:
                 slot_rec["log_tail"] = server.log_tail(10)
-            with self.guard.protected(), contextlib.suppress(StoreError):
+            with contextlib.suppress(StoreError):
                 self.record(slot_rec)
 
     def serve(self, slot: Slot, arm: ResolvedArm, server: Server, base: dict[str, Any]) -> None:
@@ -332,9 +363,10 @@ class Campaign:
         if self.stop_event.is_set():
             raise Interrupted("interrupted")
         self.record(rec)
-        if rec["status"] == "failed" and not server.alive():
-            raise _SlotFailed(f"the server died: {rec['reason']} (exit code "
-                              f"{server.proc.returncode}); log: {server.log_path}")
+        if rec["status"] == "failed":
+            trouble = _server_trouble(server)
+            if trouble:
+                raise _SlotFailed(f"{trouble} ({rec['reason']}); log: {server.log_path}")
 
 
 def default_tasks(cfg: Config) -> list[SlotTask]:
@@ -367,50 +399,21 @@ def _now() -> str:
 
 
 def _rounds_done(run: Run) -> int:
-    rounds = {r["round"] for r in run.records() if r.get("type") == "slot"
-              and r.get("status") == "ok"}
-    return len(rounds)
+    """Rounds in which every arm finished (the rounds the comparison uses)."""
+    return len(complete_rounds(run.records(), run.meta()))
 
 
-class SignalGuard:
-    """SIGINT and SIGTERM set the stop flag and raise Interrupted in the main thread,
-    once; inside ``protected()`` (stopping a server, writing a record) the raise
-    waits until the block is done, so clean-up is never cut short."""
+def _server_trouble(server: Server, timeout: float = 5.0) -> str | None:
+    """After a failed request: why this server cannot go on, or None when it can.
 
-    def __init__(self, stop_event: threading.Event):
-        self.stop_event = stop_event
-        self._depth = 0
-        self._pending: str | None = None
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self.stop_event.is_set():
-            return  # already stopping: let the clean-up finish
-        self.stop_event.set()
-        name = signal.Signals(signum).name
-        if self._depth:
-            self._pending = name
-            return
-        raise Interrupted(f"stopped by {name}")
-
-    @contextlib.contextmanager
-    def protected(self) -> Iterator[None]:
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-        if self._depth == 0 and self._pending:
-            name, self._pending = self._pending, None
-            raise Interrupted(f"stopped by {name}")
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
+    Dead, or alive but not answering its readiness path (hung, e.g. SIGSTOPped).
+    """
+    if not server.alive():
+        return f"the server died (exit code {server.proc.returncode})"
+    try:
+        requests.get(server.base_url + (server.arm.ready.path or "/health"), timeout=timeout)
+    except requests.RequestException:
+        if not server.alive():
+            return f"the server died (exit code {server.proc.returncode})"
+        return f"the server hangs: no answer to GET {server.arm.ready.path} in {timeout:g} s"
+    return None

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from abbench.errors import StoreError
+from abbench.interrupts import shielded
 
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
@@ -35,19 +36,33 @@ SAMPLES_FILE = "samples.jsonl"
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write, fsync, rename: readers see the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Write, fsync, rename: readers see the old file or the new one, never half.
+
+    A full disk or a read-only directory is a :class:`StoreError` naming the file.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        raise _write_error(path, e) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise _write_error(path, e) from None
         raise
+
+
+def _write_error(path: Path, e: OSError) -> StoreError:
+    return StoreError(f"cannot write {path.name}: {e.strerror or e}", where=str(path),
+                      hint="free disk space or fix the permissions; nothing already "
+                           "written was changed")
 
 
 def new_run_id(now: dt.datetime | None = None) -> str:
@@ -130,18 +145,54 @@ class Run:
         return meta
 
     def append(self, record: dict[str, Any]) -> None:
-        """Append one record and flush it to disk before returning."""
-        line = json.dumps({"schema": SCHEMA_VERSION, **record}, default=_json_default,
-                          allow_nan=False) + "\n"
+        """Append one record and flush it to disk (fsync) before returning.
+
+        One ``write`` of the whole line; when it fails (disk full) the file is cut
+        back to its old end, so no half line is left for the next append to join.
+        Shielded: an interrupt waits until the line is on disk.
+        """
+        line = (json.dumps({"schema": SCHEMA_VERSION, **record}, default=_json_default,
+                           allow_nan=False) + "\n").encode()
+        with shielded(raise_pending=True):
+            try:
+                fd = os.open(self.samples_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise self._append_error(e) from None
+            try:
+                end = os.lseek(fd, 0, os.SEEK_END)
+                try:
+                    view = memoryview(line)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                except OSError as e:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, end)
+                    raise self._append_error(e) from None
+            finally:
+                os.close(fd)
+
+    def _append_error(self, e: OSError) -> StoreError:
+        return StoreError(f"cannot append a sample: {e.strerror or e}",
+                          where=str(self.samples_path),
+                          hint="every sample before this one is kept; free disk space, then "
+                               f"resume the run with abbench run --resume {self.id}")
+
+    def repair_tail(self) -> str | None:
+        """Cut a half-written last line (abbench killed mid-write); say what was cut."""
         try:
-            with open(self.samples_path, "a", encoding="utf-8") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+            with open(self.samples_path, "rb+") as f:
+                data = f.read()
+                if not data or data.endswith(b"\n"):
+                    return None
+                keep = data.rfind(b"\n") + 1
+                f.truncate(keep)
+                return (f"{self.samples_path}: cut a half-written last line "
+                        f"({len(data) - keep} bytes)")
+        except FileNotFoundError:
+            return None
         except OSError as e:
-            raise StoreError(f"cannot append a sample: {e.strerror}", where=str(self.samples_path),
-                             hint="free disk space, then resume the run with abbench run "
-                                  f"--resume {self.id}") from None
+            raise self._append_error(e) from None
 
     def write_text(self, name: str, text: str) -> None:
         atomic_write(self.path / name, text)

@@ -184,6 +184,7 @@ class Client:
         else:
             body = {"prompt": text, "add_special_tokens": add_special}
         try:
+            # (a kept-alive connection closed by the server is re-sent by new_session)
             r = self.session.post(self.base_url + path, json=body, timeout=120)
             r.raise_for_status()
             return [int(t) if not isinstance(t, dict) else int(t["id"]) for t in r.json()["tokens"]]

@@ -1,0 +1,323 @@
+"""Faults the reference server causes (tests/refserver.py --fault) and faults of
+abbench itself (signals, results directory): exit code, message, samples kept,
+no server left. The same faults in the real llama-server: test_faults_real.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from faultkit import (
+    cli,
+    cli_start,
+    find_run,
+    lines,
+    meta,
+    only_run,
+    own_refserver,
+    ref_arms,
+    samples,
+    send,
+    slots,
+    wait_for,
+    wait_gone,
+)
+
+ROOT = os.geteuid() == 0
+
+
+@pytest.fixture
+def ref(tmp_path: Path) -> Path:
+    return own_refserver(tmp_path)
+
+
+def _failed_slots(run: Path) -> list[dict]:
+    return [s for s in slots(run) if s["status"] == "failed"]
+
+
+# ------------------------------------------------------------- server start-up
+
+
+def test_server_exits_during_startup(tmp_path: Path, ref: Path, results: Path) -> None:
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"good": [], "bad": ["--fault", "exit-on-start"]})
+    p = cli("run", arms, "--results", results, "--plain")
+    assert p.returncode == 1, p.stderr
+    assert "FAILED arm bad, round 0: arm bad, round 0: the server exited with code 3 before it " \
+           "was ready" in p.stderr
+    assert "refserver: failing at start-up as asked" in p.stderr  # the log tail is shown
+    run = only_run(results)
+    failed = _failed_slots(run)
+    assert {(s["arm"], s["round"]) for s in failed} == {("bad", 0), ("bad", 1)}
+    assert all(s["exit_code"] == 3 and "failing at start-up" in s["log_tail"] for s in failed)
+    # the run went on: the good arm measured every round
+    assert {(s["arm"], s["round"]) for s in slots(run) if s["status"] == "ok"} == \
+        {("good", 0), ("good", 1)}
+    assert len([s for s in samples(run) if s["valid"]]) == 4
+    report = (run / "report.md").read_text()
+    assert "Round 0 is left out of the comparison" in report
+    assert "the server exited with code 3" in report
+    wait_gone(str(ref))
+
+
+def test_server_never_ready_times_out(tmp_path: Path, ref: Path, results: Path) -> None:
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"good": [], "stuck": ["--fault", "never-ready"]},
+                    rounds=1)
+    doc = arms.read_text().replace("timeout: 20", "timeout: 1.5")
+    arms.write_text(doc)
+    p = cli("run", arms, "--results", results, "--plain")
+    assert p.returncode == 1, p.stderr
+    assert "the server was not ready after 1.5 s (GET /health never answered 200)" in p.stderr
+    assert "raise ready.timeout" in p.stderr
+    run = only_run(results)
+    assert [(s["arm"], s["status"]) for s in slots(run) if s["arm"] == "stuck"] == \
+        [("stuck", "failed")]
+    # the stuck server was stopped (it answered 503 all along and never exited)
+    assert [s["exit_code"] for s in slots(run) if s["arm"] == "stuck"] != [None]
+    wait_gone(str(ref))
+
+
+# ------------------------------------------------------------ bad responses
+
+
+@pytest.mark.parametrize(("fault", "status", "reason"), [
+    ("http500", "failed", 'HTTP 500: {"error": {"message": "reference fault"}}'),
+    ("broken", "failed", "connection failed: ChunkedEncodingError"),
+    ("short", "invalid", "completion_tokens 13 != 16"),
+])
+def test_bad_response_marks_the_sample_and_goes_on(tmp_path: Path, ref: Path, results: Path,
+                                                   fault: str, status: str, reason: str) -> None:
+    # every 2nd completion is faulty: the warm-up is fine, then decode 64 fails,
+    # decode 128 is fine, in every server life
+    arms = ref_arms(tmp_path / "a.yaml", ref,
+                    {"good": [], "bad": ["--fault", fault, "--fault-every", "2"]})
+    p = cli("run", arms, "--results", results, "--plain")
+    assert p.returncode == 0, p.stderr  # a bad sample is no failed server life
+    run = only_run(results)
+    assert all(s["status"] == "ok" for s in slots(run))
+    bad = [s for s in samples(run) if s["arm"] == "bad"]
+    assert [(s["workload"], s["status"], s["valid"]) for s in bad] == \
+        [("decode 64", status, False), ("decode 128", "ok", True)] * 2
+    assert all(reason in s["reason"] for s in bad if not s["valid"])
+    assert all(s["valid"] for s in samples(run) if s["arm"] == "good")
+    report = (run / "report.md").read_text()
+    assert f"Sample {status}: arm bad, round 0, decode 64 rep 0:" in report
+    assert "| decode 128 (tok/s) |" in report  # the good rows are compared
+    wait_gone(str(ref))
+
+
+def test_hung_request_times_out(tmp_path: Path, ref: Path, results: Path) -> None:
+    # the reference server stops sending mid-stream but still answers /health:
+    # the request fails after request_timeout, the sample says so, the run goes on
+    arms = ref_arms(tmp_path / "a.yaml", ref,
+                    {"good": [], "hangs": ["--fault", "hang", "--fault-every", "2"]},
+                    rounds=1, defaults={"request_timeout": 1.5})
+    p = cli("run", arms, "--results", results, "--plain")
+    assert p.returncode == 0, p.stderr
+    run = only_run(results)
+    hung = [s for s in samples(run) if s["arm"] == "hangs" and not s["valid"]]
+    assert len(hung) == 1 and "timed out" in hung[0]["reason"].lower(), hung
+    wait_gone(str(ref))
+
+
+# ------------------------------------------------------------ signals to abbench
+
+
+def _start_and_wait_for_samples(tmp_path: Path, ref: Path, results: Path, n: int = 3
+                                ) -> tuple[subprocess.Popen[bytes], Path]:
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": ["--rate", "60"], "b": ["--rate", "60"]},
+                    rounds=4)
+    proc = cli_start("run", arms, "--results", results, "--plain", out=tmp_path / "abbench")
+    run = wait_for(lambda: find_run(results), 60, "the run folder")
+    wait_for(lambda: len(samples(run)) >= n, 60, f"{n} samples")
+    return proc, run
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_signal_stops_servers_keeps_samples(tmp_path: Path, ref: Path, results: Path,
+                                            sig: signal.Signals) -> None:
+    proc, run = _start_and_wait_for_samples(tmp_path, ref, results)
+    before = lines(run)
+    code = send(proc, sig)
+    err = (tmp_path / "abbench.err").read_text()
+    assert code == 130, err
+    assert f"Error: stopped by {sig.name}; every sample measured so far is kept in" in err
+    assert f"hint: resume with: abbench run --resume {run.name} --results {results}" in err
+    after = lines(run)
+    assert after[:len(before)] == before  # nothing written before was changed or lost
+    assert meta(run)["status"] == "interrupted"
+    assert (run / "report.md").is_file()
+    wait_gone(str(ref), timeout=5)
+
+
+def test_sigkill_of_abbench_leaves_no_server_and_resumes(tmp_path: Path, ref: Path,
+                                                         results: Path) -> None:
+    proc, run = _start_and_wait_for_samples(tmp_path, ref, results)
+    wait_for(lambda: not _no_ref(ref), 30, "a running server")
+    proc.kill()
+    proc.wait()
+    wait_gone(str(ref), timeout=10)  # PR_SET_PDEATHSIG and the reaper
+    kept = samples(run)
+    assert meta(run)["status"] == "running"  # abbench had no chance to say more
+    p = cli("run", "--resume", run.name, "--results", results, "--plain")
+    assert p.returncode == 0, p.stderr
+    m = meta(run)
+    assert m["status"] == "complete" and m["rounds_done"] == 4
+    ok = [(s["arm"], s["round"]) for s in slots(run) if s["status"] == "ok"]
+    assert sorted(ok) == sorted((a, r) for a in "ab" for r in range(4))
+    kept_keys = [(s["slot"], s["workload"]) for s in kept]
+    assert [(s["slot"], s["workload"]) for s in samples(run)][:len(kept)] == kept_keys
+    wait_gone(str(ref))
+
+
+def _no_ref(ref: Path) -> bool:
+    from conftest import no_process_left
+    return no_process_left(str(ref))
+
+
+# ------------------------------------------------------------ results directory
+
+
+def test_results_under_a_file_fails_before_any_server(tmp_path: Path, ref: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []})
+    p = cli("run", arms, "--results", tmp_path / "afile" / "results", "--plain")
+    assert p.returncode == 2, p.stderr
+    assert "cannot create the results directory" in p.stderr
+    assert "hint: pass --results DIR with a writable directory" in p.stderr
+    assert "ready in" not in p.stderr
+    wait_gone(str(ref), timeout=1)
+
+
+@pytest.mark.skipif(ROOT, reason="root writes through permission bits (the tmpfs tests cover it)")
+def test_results_not_writable_fails_before_any_server(tmp_path: Path, ref: Path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o555)
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []})
+    p = cli("run", arms, "--results", ro, "--plain")
+    assert p.returncode == 2, p.stderr
+    assert "not writable" in p.stderr
+    wait_gone(str(ref), timeout=1)
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path):
+    """Mount a small tmpfs (root only); yields a function that mounts with options."""
+    if not ROOT:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted: list[Path] = []
+
+    def mount(size: str, *opts: str) -> Path:
+        d = tmp_path / f"mnt{len(mounted)}"
+        d.mkdir()
+        o = ",".join([f"size={size}", *opts])
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", o, "tmpfs", str(d)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+        mounted.append(d)
+        return d
+
+    yield mount
+    for d in mounted:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def test_read_only_results_fails_before_any_server(tmp_path: Path, ref: Path, tmpfs) -> None:
+    d = tmpfs("4m", "ro")
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []})
+    p = cli("run", arms, "--results", d, "--plain")
+    assert p.returncode == 2, p.stderr
+    assert f"Error: {d}: the results directory is not writable" in p.stderr
+    assert "hint: fix its permissions or pass --results DIR" in p.stderr
+    wait_gone(str(ref), timeout=1)
+
+
+def test_full_disk_fails_before_any_server(tmp_path: Path, ref: Path, tmpfs) -> None:
+    d = tmpfs("1m")
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []})
+    p = cli("run", arms, "--results", d, "--plain")
+    assert p.returncode == 2, p.stderr
+    assert f"Error: {d}: only 1024 KiB free on the results disk" in p.stderr
+    assert "hint: free some space or pass --results DIR on another disk" in p.stderr
+    wait_gone(str(ref), timeout=1)
+
+
+def test_disk_fills_mid_run_keeps_samples_and_resumes(tmp_path: Path, ref: Path,
+                                                      tmpfs) -> None:
+    results = tmpfs("12m")
+    proc, run = _start_and_wait_for_samples(tmp_path, ref, results, n=2)
+    # fill the disk: the next append finds no space
+    subprocess.run(["dd", "if=/dev/zero", f"of={results}/filler", "bs=1M", "count=20"],
+                   capture_output=True, check=False)
+    code = proc.wait(timeout=60)
+    err = (tmp_path / "abbench.err").read_text()
+    assert code == 1, err
+    assert "the run stopped: cannot" in err and "No space left on device" in err
+    assert "every sample written before is kept" in err
+    assert f"abbench run --resume {run.name} --results {results}" in err
+    kept = lines(run)  # strict: no half line was left
+    assert len([r for r in kept if r["type"] == "sample"]) >= 2
+    wait_gone(str(ref), timeout=5)
+    # free the space, resume: the run completes on top of what was kept
+    (results / "filler").unlink()
+    p = cli("run", "--resume", run.name, "--results", results, "--plain")
+    assert p.returncode == 0, p.stderr
+    assert lines(run)[:len(kept)] == kept
+    assert meta(run)["status"] == "complete" and meta(run)["rounds_done"] == 4
+    wait_gone(str(ref))
+
+
+def test_sigkill_of_abbench_reaps_grandchildren(tmp_path: Path, ref: Path,
+                                                results: Path) -> None:
+    """PR_SET_PDEATHSIG only reaches the direct child: here a shell that starts the
+    server as its child (no exec). The reaper process kills the whole group."""
+    import sys
+
+    import yaml
+
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": ["--rate", "60"], "b": ["--rate", "60"]},
+                    rounds=4)
+    doc = yaml.safe_load(arms.read_text())
+    for arm in doc["arms"]:
+        arm["shell"] = True
+        arm["start"] = (f"'{sys.executable}' '{ref}' --port \"$ABBENCH_PORT\" --rate 60; "
+                        "echo server ended")
+    arms.write_text(yaml.safe_dump(doc))
+    proc = cli_start("run", arms, "--results", results, "--plain", out=tmp_path / "abbench")
+    run = wait_for(lambda: find_run(results), 60, "the run folder")
+    wait_for(lambda: len(samples(run)) >= 2, 60, "2 samples")
+    proc.kill()
+    proc.wait()
+    wait_gone(str(ref), timeout=10)
+
+
+@pytest.mark.parametrize("says_done", [True, False])
+def test_reaper_kills_the_group_only_when_abbench_vanishes(says_done: bool) -> None:
+    import sys
+
+    group = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    reaper = subprocess.Popen([sys.executable, "-m", "abbench.reaper"], stdin=subprocess.PIPE)
+    try:
+        assert reaper.stdin is not None
+        reaper.stdin.write(f"{group.pid}\n".encode() + (b"done\n" if says_done else b""))
+        reaper.stdin.close()  # EOF: what abbench's death looks like to the reaper
+        assert reaper.wait(timeout=10) == 0
+        if says_done:
+            assert group.poll() is None  # a normal stop: the reaper leaves it alone
+        else:
+            assert group.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        group.kill()
+        group.wait()
+
+
+def test_reaper_without_a_server_exits() -> None:
+    import sys
+
+    reaper = subprocess.Popen([sys.executable, "-m", "abbench.reaper"], stdin=subprocess.PIPE)
+    assert reaper.stdin is not None
+    reaper.stdin.close()
+    assert reaper.wait(timeout=10) == 0
