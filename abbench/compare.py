@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from abbench.errors import ConfigError, StoreError
 from abbench.report import Table, build_table, render_csv, render_json, render_markdown
+from abbench.rounds import comparable_records, fault_notes
 from abbench.store import Run, open_run
 
 Format = Literal["md", "json", "csv"]
@@ -19,10 +20,20 @@ def render(table: Table, fmt: Format) -> str:
     return RENDERERS[fmt](table)
 
 
+def table_of(records: list[dict[str, Any]], meta: dict[str, Any], *,
+             baseline: str | None = None) -> Table:
+    """The table of a run's records, as the run itself renders it: Pinpoint's rule
+    leaves a round with a failed (arm, round) pair out of the comparison whole, and
+    the notes say which pair failed and why."""
+    table = build_table(comparable_records(records, meta), meta, baseline=baseline)
+    table.notes.extend(fault_notes(records, meta))
+    return table
+
+
 def run_table(run: Run, *, baseline: str | None = None,
               problems: list[str] | None = None) -> Table:
     """A stored run's table, computed again from its samples."""
-    return build_table(run.records(problems), run.meta(), baseline=baseline)
+    return table_of(run.records(problems), run.meta(), baseline=baseline)
 
 
 def parse_run_arm(ref: str, results: Path) -> tuple[Run, str | None]:

@@ -32,7 +32,10 @@ class RoundsState:
 
     @property
     def rounds(self) -> list[int]:
-        return sorted({s.round for s in self.scheduled})
+        """Scheduled rounds, and any round a slot record names (a run.json without
+        a schedule, written by another tool)."""
+        return sorted({s.round for s in self.scheduled} | {r for _, r in self.ok}
+                      | {r for _, r in self.failed})
 
     def complete(self) -> list[int]:
         """Rounds where every arm finished."""

@@ -25,6 +25,7 @@ import requests
 from abbench import __version__
 from abbench.arms import Server, start_server
 from abbench.collectors.tasks import collector_tasks, workload_window
+from abbench.compare import table_of
 from abbench.config import (
     Config,
     ResolvedArm,
@@ -43,8 +44,8 @@ from abbench.errors import (
 )
 from abbench.interrupts import handle_signals
 from abbench.progress import Progress, SilentProgress
-from abbench.report import build_table, render_json, render_markdown
-from abbench.rounds import comparable_records, complete_rounds, fault_notes
+from abbench.report import render_json, render_markdown
+from abbench.rounds import complete_rounds
 from abbench.schedule import Slot, make_schedule, new_seed
 from abbench.store import Run
 from abbench.workload import Client, PromptMaker, load_prompt_text, run_decode
@@ -224,11 +225,7 @@ class Campaign:
 
     def write_report(self, meta: dict[str, Any]) -> str:
         assert self.run is not None
-        records = self.run.records()
-        # Pinpoint's rule: a round with a failed (arm, round) pair leaves the comparison
-        # whole; the report says which pair failed and why.
-        table = build_table(comparable_records(records, meta), meta)
-        table.notes.extend(fault_notes(records, meta))
+        table = table_of(self.run.records(), meta)
         md = render_markdown(table)
         self.run.write_text("report.md", md)
         self.run.write_text("report.json", render_json(table))
