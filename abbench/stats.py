@@ -210,13 +210,24 @@ def modified_z(x: Sequence[float] | np.ndarray) -> np.ndarray:
     return 0.6745 * (a - med) / mad
 
 
-def outlier_rounds(rounds: Sequence[int], values: Sequence[float]) -> list[int]:
+def outlier_rounds(rounds: Sequence[int], values: Sequence[float], *, floor: float = 0.0,
+                   relative: bool = False) -> list[int]:
     """Rounds whose value's modified z-score passes :data:`OUTLIER_Z` (flagged, kept);
-    none below 5 values, where a median and MAD say little."""
+    none below 5 values, where a median and MAD say little.
+
+    ``floor``: a value must also lie farther than this from the median (a fraction of
+    the median with ``relative``): when rounds agree to 0.05%, a MAD-based z calls a
+    0.1% wobble an outlier, which says nothing about the comparison.
+    """
     if len(values) < 5:
         return []
-    z = modified_z(values)
-    return [r for r, zi in zip(rounds, z, strict=True) if abs(zi) > OUTLIER_Z]
+    a = np.asarray(values, dtype=float)
+    z = modified_z(a)
+    dev = np.abs(a - np.median(a))
+    if relative and np.median(a) != 0:
+        dev = dev / abs(np.median(a))
+    return [r for r, zi, dv in zip(rounds, z, dev, strict=True)
+            if abs(zi) > OUTLIER_Z and dv > floor]
 
 
 def cv(values: Sequence[float]) -> float:
@@ -323,7 +334,7 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     for name, vals in ((base_name, base), (arm_name, arm)):
         rs = sorted(vals)
         v = [vals[r] for r in rs]
-        outl[name] = outlier_rounds(rs, v)
+        outl[name] = outlier_rounds(rs, v, floor=noise_band / 4, relative=True)
         cvs[name] = cv(v)
         drifts[name] = drift(rs, v)
         if cvs[name] > CV_WARN:
@@ -333,7 +344,7 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
         return None
     if not np.all(np.isfinite(d)):  # a value <= 0 (a count of 0): no ratio to compare
         return None
-    outl["d"] = outlier_rounds(rounds, list(d))
+    outl["d"] = outlier_rounds(rounds, list(d), floor=math.log1p(noise_band) / 4)
     t = t_interval(d, alpha)
     w = wilcoxon_hl(d, alpha)
     if outl["d"] and n >= 6:

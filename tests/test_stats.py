@@ -327,3 +327,16 @@ def test_noise_floor_from_a_synthetic_aa_table() -> None:
     assert f.suggested_band == pytest.approx(max(abs(f.lo), abs(f.hi)))
     assert "suggested band" in render_calibration(floors, arm="base", effect=0.02)
     assert "decode_tok_s:" in band_yaml(floors)
+
+
+def test_negligible_wobble_is_no_outlier() -> None:
+    # peak RSS of two builds, 20% apart, rounds agreeing to 0.05% (a real demo run):
+    # a MAD-based z alone would call two rounds outliers and force the Wilcoxon test,
+    # whose smallest p with 6 rounds cannot survive Holm; the floor keeps the t-test.
+    base = dict(enumerate([250.43, 250.63, 250.58, 250.70, 250.73, 250.60]))
+    arm = dict(enumerate([200.70, 200.66, 200.61, 200.70, 200.76, 200.79]))
+    d = [math.log(arm[r] / base[r]) for r in base]
+    assert stats.outlier_rounds(list(base), d) == [0, 5]  # the z-score alone
+    c = stats.compare(base, arm, direction="lower")
+    assert c is not None and c.outliers["d"] == [] and c.test == "paired t on log-ratios"
+    assert c.verdict == "changed" and c.better is True and c.p < 1e-6
