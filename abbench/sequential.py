@@ -92,11 +92,15 @@ def planned_and_more(cfg: Config, run: Run, schedule: list[Slot], seed: int,
     target = settings.until_ci
     if target is None:
         return
-    done = len({s.round for s in schedule})
+    # The whole stored schedule, not just the slots run now (a resumed run passes only
+    # what was left): new blocks must follow every round and slot index ever planned.
+    planned = run.meta()["schedule"]
+    done = len({r for r, _pos, _arm in planned})
+    next_round = max((r for r, _pos, _arm in planned), default=-1) + 1
     cap = max_rounds(settings, done)
     alpha_k = look_alpha(settings, len(planned_looks(done, cap, len(cfg.arm_names))))
     looks: list[dict[str, Any]] = []
-    next_index = (schedule[-1].index + 1) if schedule else 0
+    next_index = len(planned)
     while True:
         meta = run.meta()
         records = run.records()
@@ -112,7 +116,7 @@ def planned_and_more(cfg: Config, run: Run, schedule: list[Slot], seed: int,
             progress.log(f"until-ci: stopped after {done} rounds: {reason}")
             return
         add = min(block_size(done, len(cfg.arm_names)), cap - done)
-        block = make_schedule(cfg.arm_names, add, cfg.order, seed, first_round=done,
+        block = make_schedule(cfg.arm_names, add, cfg.order, seed, first_round=next_round,
                               first_index=next_index)
         run.update_meta(until_ci=state,
                         schedule=meta["schedule"] + [[s.round, s.position, s.arm]
@@ -121,6 +125,7 @@ def planned_and_more(cfg: Config, run: Run, schedule: list[Slot], seed: int,
                      f"{target * 100:g}% after {done} rounds; adding {add}")
         yield from block
         next_index += len(block)
+        next_round += add
         done += add
 
 
