@@ -37,6 +37,7 @@ class PlainProgress:
 
     def slot(self, index: int, arm: str, round_: int, what: str) -> None:
         self.done = index
+        self.total = max(self.total, index + 1)  # --until-ci adds slots as it goes
         print(f"[{index + 1}/{self.total}] round {round_} arm {arm}: {what} "
               f"(ETA {_eta(self.started, index, self.total)})", file=self.stream, flush=True)
 
@@ -68,7 +69,8 @@ class LiveProgress:
     def slot(self, index: int, arm: str, round_: int, what: str) -> None:
         if self.task is None:
             return
-        self.bar.update(self.task, completed=index, total=max(index, self.bar.tasks[0].total or 0),
+        self.bar.update(self.task, completed=index,
+                        total=max(index + 1, self.bar.tasks[0].total or 0),
                         description=f"round {round_} · {arm} · {what}")
 
     def log(self, message: str) -> None:
