@@ -45,8 +45,22 @@ def describe_plan(cfg: Config, *, rounds: int | None = None, seed: int | None = 
                     f"decode tokens, {sc.concurrency} at a time)")
         lines.append(f"  {w.title}: contexts {ctx}, {w.decode_tokens} decode tokens{side}")
         per_life += len(w.contexts) * cfg.reps * (1 + (w.side_calls.count if w.side_calls else 0))
+    if cfg.collectors:
+        lines.append("collectors: " + ", ".join(c.kind for c in cfg.collectors))
+    if cfg.quality:
+        q = cfg.quality
+        what = ", ".join(x for x in (q.suite and f"suite {q.suite}",
+                                     q.command and f"command {q.command!r}") if x)
+        lines.append(f"quality: {what}; rounds 0, {q.every}, {2 * q.every}, ...")
+    if cfg.fingerprints:
+        f = cfg.fingerprints
+        sets = ", ".join(r.name or str(r.path) for r in f.sets)
+        warm = " and a warm pass" if f.warm else ""
+        tokens = f.max_tokens or "the set file's (or 32)"
+        lines.append(f"fingerprints: {sets}; cold pass after each start{warm}, "
+                     f"{tokens} tokens per prompt")
     total = per_life + cfg.warmup
-    lines.append(f"requests: {total} per server life ({cfg.warmup} warm-up), "
+    lines.append(f"workload requests: {total} per server life ({cfg.warmup} warm-up), "
                  f"{total * len(schedule)} in all over {len(schedule)} server lives")
     lines += [f"warning: {w}" for w in warnings]
     return "\n".join(lines)

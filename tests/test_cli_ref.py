@@ -110,7 +110,8 @@ def test_validate_prints_the_plan_and_starts_nothing(tmp_path: Path):
     r = abbench("validate", str(arms))
     assert r.returncode == 0, r.stderr
     assert "slow (baseline)" in r.stdout and "seed 42" in r.stdout
-    assert "requests: 3 per server life (1 warm-up), 12 in all over 4 server lives" in r.stdout
+    assert "workload requests: 3 per server life (1 warm-up), 12 in all over 4 server lives" \
+        in r.stdout
     assert no_process_left(str(REFSERVER))
 
 
