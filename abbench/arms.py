@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -292,10 +292,3 @@ def _release_reaper(reaper: subprocess.Popen[bytes] | None) -> None:
     with contextlib.suppress(subprocess.TimeoutExpired):
         reaper.wait(timeout=5)
 
-
-@contextlib.contextmanager
-def running(server: Server) -> Iterator[Server]:
-    try:
-        yield server
-    finally:
-        server.stop()

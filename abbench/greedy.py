@@ -72,20 +72,12 @@ def generate(client: Client, *, prompt: str | None = None, messages: list[Messag
 
 
 def _post(client: Client, path: str, body: dict[str, Any], timeout: float) -> requests.Response:
-    """POST once more when a kept-alive connection turns out closed: llama.cpp closes a
-    connection after a streamed response, and a request sent before the close is seen
-    fails with RemoteDisconnected (a greedy request is safe to repeat)."""
-    for attempt in (1, 2):
-        try:
-            return client.session.post(client.base_url + path, json=body, timeout=(10, timeout))
-        except requests.ConnectionError as e:
-            if attempt == 2 or isinstance(e, requests.Timeout):
-                raise RequestError(f"connection failed: {type(e).__name__}: {e}",
-                                   where=path) from None
-        except requests.RequestException as e:
-            raise RequestError(f"connection failed: {type(e).__name__}: {e}",
-                               where=path) from None
-    raise AssertionError("unreachable")
+    """One POST (the client's session re-sends on a kept-alive connection the server
+    closed before answering)."""
+    try:
+        return client.session.post(client.base_url + path, json=body, timeout=(10, timeout))
+    except requests.RequestException as e:
+        raise RequestError(f"connection failed: {type(e).__name__}: {e}", where=path) from None
 
 
 def _tokens(logprobs: Any) -> list[int | str]:

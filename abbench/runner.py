@@ -292,16 +292,17 @@ class Campaign:
         ctx = SlotContext(self.cfg, arm, slot, server, client, self.run, self.record,
                           self.stop_event)
         try:
-            with self.timing.count("requests_s"):
-                props = client.props()
-            if props is not None and arm.name not in self.run.meta().get("servers", {}):
-                servers = self.run.meta().get("servers", {})
-                servers[arm.name] = props
-                self.run.update_meta(servers=servers)
+            meta = self.run.meta()
+            servers = meta.get("servers", {})
+            if arm.name not in servers:  # what the server says about itself, once per arm
+                with self.timing.count("requests_s"):
+                    props = client.props()
+                if props is not None:
+                    self.run.update_meta(servers={**servers, arm.name: props})
             for task in self.tasks:
                 if task.cold:
                     self._task(task, ctx)
-            seed = (self.run.meta().get("seed") or 0) * 100003 + slot.index
+            seed = (meta.get("seed") or 0) * 100003 + slot.index
             for w_index, workload in enumerate(self.cfg.workloads):
                 prompts = PromptMaker(client, seed=seed * 31 + w_index,
                                       source_text=load_prompt_text(workload, self.cfg.base_dir))

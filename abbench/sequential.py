@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from abbench.schedule import Slot, make_schedule
@@ -44,13 +43,6 @@ def planned_looks(first_rounds: int, cap: int, n_arms: int) -> list[int]:
 
 def look_alpha(settings: StatsConfig, k_looks: int) -> float:
     return settings.alpha / max(1, k_looks)
-
-
-@dataclass(frozen=True)
-class Look:
-    rounds: int
-    max_half_width: float | None
-    stopped: str | None
 
 
 def stop_reason(nominal: Sequence[Comparison | None], spent: Sequence[Comparison | None], *,

@@ -225,23 +225,20 @@ def tmpfs(tmp_path: Path):
         subprocess.run(["umount", "-l", str(d)], check=False)
 
 
-def test_read_only_results_fails_before_any_server(tmp_path: Path, ref: Path, tmpfs) -> None:
-    d = tmpfs("4m", "ro")
+@pytest.mark.parametrize(("mount", "message", "hint"), [
+    (("4m", "ro"), "the results directory is not writable",
+     "hint: fix its permissions or pass --results DIR"),
+    (("1m",), "only 1024 KiB free on the results disk",
+     "hint: free some space or pass --results DIR on another disk"),
+], ids=["read-only", "full"])
+def test_unusable_results_disk_fails_before_any_server(tmp_path: Path, ref: Path, tmpfs,
+                                                        mount, message, hint) -> None:
+    d = tmpfs(*mount)
     arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []})
     p = cli("run", arms, "--results", d, "--plain")
     assert p.returncode == 2, p.stderr
-    assert f"Error: {d}: the results directory is not writable" in p.stderr
-    assert "hint: fix its permissions or pass --results DIR" in p.stderr
-    wait_gone(str(ref), timeout=1)
-
-
-def test_full_disk_fails_before_any_server(tmp_path: Path, ref: Path, tmpfs) -> None:
-    d = tmpfs("1m")
-    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []})
-    p = cli("run", arms, "--results", d, "--plain")
-    assert p.returncode == 2, p.stderr
-    assert f"Error: {d}: only 1024 KiB free on the results disk" in p.stderr
-    assert "hint: free some space or pass --results DIR on another disk" in p.stderr
+    assert f"Error: {d}: {message}" in p.stderr
+    assert hint in p.stderr
     wait_gone(str(ref), timeout=1)
 
 
