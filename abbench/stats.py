@@ -433,7 +433,8 @@ def compare_rows(rows: list[Row], baseline: str, *, settings: StatsConfig | None
 def _pct(x: float, digits: int = 1) -> str:
     if not math.isfinite(x):
         return "∞" if x > 0 else "-∞"
-    return f"{x * 100:+.{digits}f}"
+    v = round(x * 100, digits)
+    return f"{v if v != 0 else 0.0:+.{digits}f}"  # no "-0.0" for a change that rounds to 0
 
 
 def render_comparison(c: Comparison) -> str:
