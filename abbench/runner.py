@@ -45,7 +45,7 @@ from abbench.errors import (
 from abbench.interrupts import handle_signals
 from abbench.progress import Progress, SilentProgress
 from abbench.report import render_json, render_markdown
-from abbench.rounds import complete_rounds
+from abbench.rounds import complete_rounds, read_state
 from abbench.schedule import Slot, make_schedule, new_seed
 from abbench.store import Run
 from abbench.workload import Client, PromptMaker, load_prompt_text, run_decode
@@ -197,6 +197,14 @@ class Campaign:
             except Interrupted as e:
                 status, why = "interrupted", e.message
                 self.progress.finish()
+                m = run.meta()
+                decided = self.cfg.stats.until_ci is None or (m.get("until_ci") or {}).get(
+                    "stopped")
+                if decided and not read_state(run.records(), m).unfinished():
+                    # every server life had ended and --until-ci (if on) had stopped
+                    status = "complete"
+                    self.progress.log("interrupted after the last server stopped: the run "
+                                      "is complete")
             except AbbenchError as e:
                 # Disk full, results folder gone, ...: keep what is written, say how to go on.
                 self.progress.finish()

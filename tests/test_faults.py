@@ -318,3 +318,36 @@ def test_reaper_without_a_server_exits() -> None:
     assert reaper.stdin is not None
     reaper.stdin.close()
     assert reaper.wait(timeout=10) == 0
+
+
+class _CtrlCAtTheEnd:
+    """A progress display during whose last call (after every server stopped) a
+    Ctrl-C arrives."""
+
+    def start(self, total_slots: int) -> None: ...
+    def slot(self, index: int, arm: str, round_: int, what: str) -> None: ...
+    def log(self, message: str) -> None:
+        self.said = [*getattr(self, "said", []), message]
+
+    def finish(self) -> None:
+        if not getattr(self, "fired", False):
+            self.fired = True
+            from abbench.errors import Interrupted
+            raise Interrupted("stopped by SIGINT")
+
+
+@pytest.mark.parametrize("until_ci", [None, 0.5])
+def test_interrupt_after_the_last_server_keeps_the_run_complete(
+        tmp_path: Path, ref: Path, results: Path, until_ci: float | None) -> None:
+    from abbench.config import load_config
+    from abbench.runner import Campaign, RunOptions
+
+    stats = {"stats": {"until_ci": until_ci, "max_rounds": 2}} if until_ci else {}
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []}, **stats)
+    progress = _CtrlCAtTheEnd()
+    camp = Campaign(load_config(arms), RunOptions(results=results), progress=progress)
+    # every server life ended (and --until-ci had stopped at its cap): nothing to resume
+    out = camp.execute()
+    assert out.status == "complete" and meta(out.run.path)["status"] == "complete"
+    assert any("interrupted after the last server stopped" in m for m in progress.said)
+    wait_gone(str(ref), timeout=5)
