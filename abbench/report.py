@@ -126,8 +126,25 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
     table.footer = _footer(records, meta)
     table.notes += collector_notes(records)  # unavailable metrics, drift signals
     table.notes += stats.run_notes(meta)  # how --until-ci chose the rounds
+    table.notes += side_call_notes(records, meta)
     table.quality = quality_report.summarize(records, arms, base)
     return table
+
+
+def side_call_notes(records: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    """Side calls against a server with one slot queue behind the long decode: they
+    measure the wait, not concurrent service. Said for every arm whose server says so
+    (llama.cpp's /props ``total_slots``)."""
+    with_side = {r["arm"] for r in records
+                 if r.get("type") == "sample" and "side_call_ms" in (r.get("metrics") or {})}
+    out = []
+    for arm in sorted(with_side):
+        slots = ((meta.get("servers") or {}).get(arm) or {}).get("total_slots")
+        if slots == 1:
+            out.append(f"Warning: arm {arm}'s server has one slot (/props total_slots = 1): "
+                       "its side calls waited for the long decode to end; start it with -np 2 "
+                       "or more to serve them alongside.")
+    return out
 
 
 def _header(meta: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ Behaviour is set by flags:
   --fault KIND      http500 | broken | short | hang | exit-on-start | never-ready,
                     applied to every --fault-every'th completion (or at start-up)
   --burst           prebuild each stream and send it at once (client-capacity bench)
+  --slots N         completions served at once, the rest wait (llama.cpp's -np); 4
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class State:
         self.lock = threading.Lock()
         self.prompt_tokens_total = 0
         self.predicted_total = 0
+        self.slots = threading.Semaphore(args.slots)
 
     def ready(self) -> bool:
         if self.args.fault == "never-ready":
@@ -75,7 +77,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._json(503, {"error": {"message": "Loading model"}})
         elif self.path == "/props":
             self._json(200, {"build_info": "refserver", "rate": st.args.rate,
-                             "model_path": "reference"})
+                             "model_path": "reference", "total_slots": st.args.slots})
         elif self.path == "/metrics":
             text = (
                 "# TYPE llamacpp:prompt_tokens_total counter\n"
@@ -107,6 +109,10 @@ class Handler(BaseHTTPRequestHandler):
         with st.lock:
             st.served += 1
             k = st.served
+        with st.slots:  # like llama.cpp's -np: a request waits for a free slot
+            self._generate(st, body, k)
+
+    def _generate(self, st: State, body: dict, k: int) -> None:
         a = st.args
         faulty = a.fault and a.fault_every and k % a.fault_every == 0
         if faulty and a.fault == "http500":
@@ -190,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--burst", action="store_true", help="send each stream at once")
     p.add_argument("--fault", default="")
     p.add_argument("--fault-every", type=int, default=1)
+    p.add_argument("--slots", type=int, default=4, help="requests served at once (-np)")
     args = p.parse_args(argv)
     if args.fault == "exit-on-start":
         print("refserver: failing at start-up as asked", flush=True)

@@ -70,3 +70,32 @@ def test_baseline_override_moves_the_column():
     table = build_table(recs, META, baseline="pr")
     assert table.arms == ["pr", "prod"]
     assert "(-9.1% [" in render_markdown(table)  # change and interval (stats verdicts)
+
+
+def test_side_calls_wait_behind_a_one_slot_server(tmp_path, results):
+    """Side calls run alongside the long decode: against a server with one slot they wait
+    for it (and the report says so); with two slots they are served at once."""
+    from faultkit import own_refserver, ref_arms
+
+    from abbench.config import load_config
+    from abbench.runner import Campaign, RunOptions
+
+    ref = own_refserver(tmp_path)
+    arms = ref_arms(tmp_path / "a.yaml", ref,
+                    {"one": ["--rate", "100", "--slots", "1"],
+                     "two": ["--rate", "100", "--slots", "2"]},
+                    rounds=2, workloads=[{"contexts": [64], "decode_tokens": 60,
+                                          "side_calls": {"count": 2, "prompt_tokens": 16,
+                                                         "max_tokens": 2, "delay": 0}}])
+    out = Campaign(load_config(arms), RunOptions(results=results)).execute()
+    assert out.status == "complete"
+    side = {arm: [r["metrics"]["side_call_ms"] for r in out.run.records()
+                  if r.get("type") == "sample" and r["arm"] == arm and r.get("valid")]
+            for arm in ("one", "two")}
+    assert len(side["one"]) == len(side["two"]) == 2
+    # 60 tokens at 100/s: the first side call (one at a time) waits ~0.6 s behind the
+    # decode, the second ~20 ms; alongside the decode each takes 2 tokens (~20 ms)
+    assert min(side["one"]) > 150 and min(side["one"]) > 4 * max(side["two"])
+    report = (out.run.path / "report.md").read_text()
+    assert "arm one's server has one slot (/props total_slots = 1)" in report
+    assert "arm two's server" not in report
