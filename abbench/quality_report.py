@@ -87,6 +87,56 @@ class SetSummary:
     comparisons: list[SetComparison] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ItemTest:
+    """One arm against the baseline on one quality suite, item by item: each item's
+    verdict is its majority over the rounds (greedy outputs rarely change between
+    rounds, so rounds are not independent evidence), and the items whose verdicts
+    differ go to an exact McNemar test (binomial on the discordant items)."""
+
+    arm: str
+    suite: str
+    items: int  # items with a verdict in both arms
+    lost: int  # passed on the baseline, failed on the arm
+    gained: int
+    p: float
+
+    def reading(self, alpha: float = 0.05) -> str:
+        if self.p < alpha:
+            return "quality lost" if self.lost > self.gained else "quality gained"
+        if not self.lost and not self.gained:
+            return "same verdict on every item"
+        return "no significant change"
+
+
+def item_tests(records: list[dict[str, Any]], arms: list[str], baseline: str) -> list[ItemTest]:
+    from scipy.stats import binomtest
+
+    votes: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if r.get("type") == "quality_item" and isinstance(r.get("passed"), bool):
+            votes[(r["arm"], r.get("suite", "?"))][str(r["id"])].append(r["passed"])
+
+    def majority(v: dict[str, list[bool]]) -> dict[str, bool]:
+        return {k: 2 * sum(x) > len(x) for k, x in v.items()}
+
+    out = []
+    for suite in sorted({s for _, s in votes}):
+        if (baseline, suite) not in votes:
+            continue
+        base = majority(votes[(baseline, suite)])
+        for arm in arms:
+            if arm == baseline or (arm, suite) not in votes:
+                continue
+            mine = majority(votes[(arm, suite)])
+            common = set(base) & set(mine)
+            lost = sum(1 for k in common if base[k] and not mine[k])
+            gained = sum(1 for k in common if mine[k] and not base[k])
+            p = binomtest(min(lost, gained), lost + gained, 0.5).pvalue if lost + gained else 1.0
+            out.append(ItemTest(arm, suite, len(common), lost, gained, float(p)))
+    return out
+
+
 @dataclass
 class QualitySummary:
     sets: list[SetSummary]
@@ -94,10 +144,12 @@ class QualitySummary:
     failed_items: dict[tuple[str, str, str], list[dict[str, Any]]]
     command_failures: list[dict[str, Any]]
     command_outputs: list[str]
+    item_tests: list[ItemTest] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not (self.sets or self.failed_items or self.command_failures)
+        return not (self.sets or self.failed_items or self.command_failures
+                    or self.item_tests)
 
 
 def _outputs(records: list[dict[str, Any]], set_name: str, pass_: str
@@ -166,7 +218,8 @@ def summarize(records: list[dict[str, Any]], arms: list[str], baseline: str) -> 
     commands = [r for r in records if r.get("type") == "quality_command"]
     return QualitySummary(list(sets.values()), dict(failed),
                           [r for r in commands if r.get("error")],
-                          sorted({r["stdout"] for r in commands if r.get("stdout")}))
+                          sorted({r["stdout"] for r in commands if r.get("stdout")}),
+                          item_tests(records, arms, baseline))
 
 
 # ------------------------------------------------------------------- rendering
@@ -247,6 +300,14 @@ def render_section(table: Table) -> list[str]:
     if any(c.diffs for s in q.sets for c in s.comparisons):
         lines += ["", f"Positions are where the outputs start to differ; `abbench diff "
                   f"{table.run_id} --set NAME --arm A --arm B` shows them side by side."]
+    if q.item_tests:
+        lines += ["", "Quality items against the baseline (each item's majority verdict over "
+                  "the rounds; exact McNemar test on the items whose verdicts differ):", "",
+                  "| arm | suite | items | lost | gained | p | reading |",
+                  "|---|---|---|---|---|---|---|"]
+        for t in q.item_tests:
+            lines.append(f"| {label.get(t.arm, md_escape(t.arm))} | {md_escape(t.suite)} | "
+                         f"{t.items} | {t.lost} | {t.gained} | {t.p:.3g} | {t.reading()} |")
     if q.failed_items:
         lines += ["", f"<details><summary>Failed quality items ({len(q.failed_items)}): "
                   "the output that failed, from the first failing round</summary>", ""]
@@ -325,6 +386,9 @@ def to_json(q: QualitySummary | None) -> dict[str, Any] | None:
                          for (arm, suite, item), recs in q.failed_items.items()],
         "command_failures": [{"arm": r["arm"], "round": r["round"], "error": r.get("error")}
                              for r in q.command_failures],
+        "item_tests": [{"arm": t.arm, "suite": t.suite, "items": t.items, "lost": t.lost,
+                        "gained": t.gained, "p": t.p, "test": "exact McNemar",
+                        "reading": t.reading()} for t in q.item_tests],
     }
 
 

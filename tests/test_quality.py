@@ -309,3 +309,36 @@ def test_failed_command_and_invalid_score_are_reported() -> None:
             "(stderr: quality/b-r0.stderr).") in md
     assert "| quality score | 3/5 | no data |" in md
     assert "Invalid samples (wrong token count or failed; left out): B: 1." in md
+
+
+def test_item_tests_exact_mcnemar_on_majority_verdicts() -> None:
+    from scipy.stats import binomtest
+
+    from abbench.quality_report import item_tests, summarize, to_json
+
+    def rec(arm: str, item: int, round_: int, passed: bool) -> dict:
+        return {"type": "quality_item", "arm": arm, "suite": "basics", "id": f"q{item}",
+                "round": round_, "passed": passed}
+
+    records = []
+    for r in range(3):
+        records += [rec("base", i, r, True) for i in range(10)]
+        # the arm fails items 0-7 in every round; item 8 passes in 2 of 3 rounds (its
+        # majority: pass); item 9 passes in every round
+        records += [rec("cand", i, r, i >= 8 and not (i == 8 and r == 1)) for i in range(10)]
+    records.append({"type": "quality_item", "arm": "cand", "suite": "basics", "id": "q9",
+                    "round": 3, "error": "HTTP 500"})  # no verdict: not a vote
+    (t,) = item_tests(records, ["base", "cand"], "base")
+    assert (t.items, t.lost, t.gained) == (10, 8, 0)
+    assert t.p == binomtest(0, 8, 0.5).pvalue == 2 * 0.5 ** 8
+    assert t.reading() == "quality lost"
+    q = summarize(records, ["base", "cand"], "base")
+    assert to_json(q)["item_tests"][0]["reading"] == "quality lost"
+
+    same = [rec(a, i, 0, i % 2 == 0) for a in ("base", "cand") for i in range(6)]
+    (u,) = item_tests(same, ["base", "cand"], "base")
+    assert (u.lost, u.gained, u.p, u.reading()) == (0, 0, 1.0, "same verdict on every item")
+    swap = [rec("base", 0, 0, True), rec("cand", 0, 0, False),
+            rec("base", 1, 0, False), rec("cand", 1, 0, True)]
+    (v,) = item_tests(swap, ["base", "cand"], "base")
+    assert (v.lost, v.gained, v.p, v.reading()) == (1, 1, 1.0, "no significant change")
