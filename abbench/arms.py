@@ -94,6 +94,7 @@ class Server:
     proc: subprocess.Popen[bytes]
     reaper: subprocess.Popen[bytes] | None
     started_at: float
+    started_wall: float = field(default_factory=time.time)
     ready_at: float | None = None
     ready_noticed_lag: float | None = None
     stopped: bool = False
@@ -144,7 +145,14 @@ class Server:
                 try:
                     r = session.get(url, timeout=max(ready.interval * 20, 1.0))
                     if r.status_code == 200:
-                        now = time.perf_counter()
+                        now = time.perf_counter()  # before the check below, which takes ms
+                        stray = foreign_listener(self.port, self.started_wall, self.proc.pid)
+                        if stray is not None:
+                            raise ServerError(
+                                f"port {self.port} answered, but from {stray}, not from this "
+                                "arm's server", where=self.where, log_tail=self.log_tail(),
+                                hint="stop that process (a server left from another run?); "
+                                     "abbench measures nothing it did not start")
                         self.ready_at = now
                         # The server became ready after the previous (failed) poll was
                         # sent: an upper bound of how late we noticed.
@@ -194,6 +202,34 @@ class Server:
                 with contextlib.suppress(OSError):
                     self._log_file.close()  # type: ignore[attr-defined]
         return self.proc.returncode
+
+
+def foreign_listener(port: int, since: float, own_pgid: int) -> str | None:
+    """Another process that listens on ``port`` and started before our server did (a
+    stray server that took the port first), described; None when the port is held by
+    the server's own process group, by something it started (docker-proxy, say), or
+    when the system does not tell who holds it."""
+    try:
+        import psutil
+
+        conns = psutil.net_connections(kind="tcp")
+    except Exception:  # AccessDenied on some systems, no psutil: cannot tell
+        return None
+    pids = {c.pid for c in conns
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port}
+    if not pids or None in pids:
+        return None
+    strays = []
+    for pid in pids:
+        try:
+            if os.getpgid(pid) == own_pgid:
+                return None
+            proc = psutil.Process(pid)
+            if proc.create_time() < since - 0.5:
+                strays.append(f"pid {pid} ({proc.name()})")
+        except (psutil.Error, OSError):
+            continue
+    return ", ".join(strays) or None
 
 
 def start_server(arm: ResolvedArm, *, round_: int, log_path: Path, argv_for_port:

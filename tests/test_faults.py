@@ -351,3 +351,45 @@ def test_interrupt_after_the_last_server_keeps_the_run_complete(
     assert out.status == "complete" and meta(out.run.path)["status"] == "complete"
     assert any("interrupted after the last server stopped" in m for m in progress.said)
     wait_gone(str(ref), timeout=5)
+
+
+def test_a_stray_server_on_the_port_is_never_measured(tmp_path: Path, ref: Path, results: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that took the automatic port before the arm's server could bind it
+    answers /health: abbench must notice it is not its own server and measure nothing."""
+    import socket
+    import sys
+
+    from abbench import arms as arms_mod
+    from abbench.config import load_config
+    from abbench.runner import Campaign, RunOptions
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    stray_path = tmp_path / "stray" / "refserver_stray.py"
+    stray_path.parent.mkdir()
+    stray_path.write_bytes(ref.read_bytes())
+    stray = subprocess.Popen([sys.executable, str(stray_path), "--port", str(port)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import requests
+
+        def up() -> bool:
+            try:
+                return requests.get(f"http://127.0.0.1:{port}/health", timeout=1).ok
+            except requests.RequestException:
+                return False
+
+        wait_for(up, 30, "the stray server")
+        monkeypatch.setattr(arms_mod, "free_port", lambda host: port)  # the race, forced
+        arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []}, rounds=1)
+        out = Campaign(load_config(arms), RunOptions(results=results)).execute()
+    finally:
+        stray.kill()
+        stray.wait()
+    failed = [s for s in slots(out.run.path) if s["status"] == "failed"]
+    assert len(failed) == 2 and out.status == "complete" and out.failed_slots == 2
+    assert all(f"port {port} answered, but from pid {stray.pid}" in s["reason"] for s in failed)
+    assert not samples(out.run.path)  # nothing measured from the stray
+    wait_gone(str(ref), timeout=5)
