@@ -215,9 +215,10 @@ def foreign_listener(port: int, since: float, own_pgid: int) -> str | None:
         conns = psutil.net_connections(kind="tcp")
     except Exception:  # AccessDenied on some systems, no psutil: cannot tell
         return None
-    pids = {c.pid for c in conns
-            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port}
-    if not pids or None in pids:
+    held = [c.pid for c in conns
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    pids = {p for p in held if p is not None}
+    if not pids or len(pids) < len(set(held)):  # nobody, or someone we may not see
         return None
     strays = []
     for pid in pids:

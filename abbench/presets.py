@@ -151,7 +151,7 @@ def with_overrides(preset: Preset, overrides: Mapping[str, Any] | None, *,
         if not _fits(getattr(preset, key), value):
             raise ConfigError(f"{key} must be like {getattr(preset, key)!r}, got {value!r}",
                               where=f"{where}.{key}")
-    values = {k: (tuple([v] if isinstance(v, str) else v)
+    values: dict[str, Any] = {k: (tuple([v] if isinstance(v, str) else v)
                   if isinstance(getattr(preset, k), tuple) else v)
               for k, v in overrides.items()}
     return dataclasses.replace(preset, **values)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 class Progress(Protocol):
@@ -60,7 +63,7 @@ class LiveProgress:
         self.bar = RichProgress(TextColumn("{task.description}"), BarColumn(),
                                 TextColumn("{task.completed}/{task.total} server lives"),
                                 TimeRemainingColumn(), console=self.console, transient=False)
-        self.task = None
+        self.task: TaskID | None = None
 
     def start(self, total_slots: int) -> None:
         self.bar.start()

@@ -95,7 +95,7 @@ def load_item_file(path: Path, model: type[M], *, key: str) -> ItemFile:
     if unknown:
         raise ConfigError(f"unknown key(s) {', '.join(sorted(unknown))}", where=where,
                           hint=f"a file has name:, max_tokens:, description: and {key}:")
-    items = []
+    items: list[Any] = []
     for i, (loc, obj) in enumerate(raw):
         try:
             item = model.model_validate(obj)

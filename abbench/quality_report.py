@@ -323,8 +323,9 @@ def render_section(table: Table) -> list[str]:
                          f"{md_escape(_short(first.get('output')))}")
         lines += ["", "</details>"]
     for r in q.command_failures:
+        stderr = md_escape(r.get("stderr") or "")
         lines.append(f"Quality command failed: arm {md_escape(r['arm'])}, round {r['round']}: "
-                     f"{md_escape(r.get('error') or '?')} (stderr: {md_escape(r.get('stderr'))}).")
+                     f"{md_escape(r.get('error') or '?')} (stderr: {stderr}).")
     if q.command_outputs:
         lines.append(f"Quality command output kept in `{q.command_outputs[0].split('/')[0]}/` "
                      "of the run folder.")

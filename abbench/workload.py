@@ -295,7 +295,7 @@ class PromptMaker:
             if not ids:
                 raise RequestError("the prompt text tokenized to nothing")
             self._filler = ids
-        out = []
+        out: list[int] = []
         while len(out) < n:
             out.extend(self._filler[: n - len(out)])
         return out
@@ -397,9 +397,10 @@ def run_decode(client: Client, prompts: PromptMaker, workload: Workload, context
         t0 = time.perf_counter()
         try:
             r = client_side.complete(side_prompts[i], side.max_tokens, stop_event=stop_event)
-            rec = {"i": i, "ok": True, "latency_ms": (time.perf_counter() - t0) * 1e3,
-                   "ttft_ms": None if r.ttft is None else r.ttft * 1e3,
-                   "completion_tokens": r.completion_tokens}
+            rec: dict[str, Any] = {
+                "i": i, "ok": True, "latency_ms": (time.perf_counter() - t0) * 1e3,
+                "ttft_ms": None if r.ttft is None else r.ttft * 1e3,
+                "completion_tokens": r.completion_tokens}
         except RequestError as e:
             rec = {"i": i, "ok": False, "error": e.message,
                    "latency_ms": (time.perf_counter() - t0) * 1e3}

@@ -113,6 +113,7 @@ class PrometheusCollector(_RateCollector):
     """Delta of a counter (minus another) over the window, per decoded token."""
 
     name = "prometheus"
+    settings: PrometheusSettings
 
     def __init__(self, settings: PrometheusSettings):
         self.settings = settings
@@ -222,6 +223,7 @@ class ResponseFieldCollector(_RateCollector):
     decoded token (or the field itself, with ``value: field``)."""
 
     name = "response_field"
+    settings: ResponseFieldSettings
 
     def __init__(self, settings: ResponseFieldSettings):
         self.settings = settings
@@ -271,6 +273,7 @@ class LogRegexCollector(_RateCollector):
     """Numbers captured from the server log's lines written during the window."""
 
     name = "log_regex"
+    settings: LogRegexSettings
 
     def __init__(self, settings: LogRegexSettings):
         self.settings = settings

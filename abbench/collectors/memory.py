@@ -109,7 +109,8 @@ def open_nvml(gpus: list[int | str] | None, env: dict[str, str] | None = None
     except Exception as e:
         return None, f"NVML did not initialise ({type(e).__name__}: no NVIDIA driver?)"
     try:
-        wanted = gpus if gpus is not None else _visible(env)
+        wanted: list[int | str] | list[str] | list[int] | None = (
+            gpus if gpus is not None else _visible(env))
         if wanted is None:
             wanted = list(range(mod.nvmlDeviceGetCount()))
         if not wanted:

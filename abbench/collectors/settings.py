@@ -15,6 +15,7 @@ class _Frozen(BaseModel):
 
 
 Window = Literal["workload", "server"]
+_BOTH: list[Window] = ["workload", "server"]
 
 
 class VramSettings(_Frozen):
@@ -25,7 +26,7 @@ class VramSettings(_Frozen):
                              "spikes between two samples are missed")
     gpus: list[int | str] | None = Field(None, description="NVML indices or UUIDs; default: "
                                          "the arm's CUDA_VISIBLE_DEVICES, else every GPU")
-    windows: list[Window] = Field(default_factory=lambda: ["workload", "server"], min_length=1)
+    windows: list[Window] = Field(default_factory=lambda: _BOTH.copy(), min_length=1)
     rss_fallback: bool = Field(True, description="without NVML, or when the server holds no "
                                "GPU memory, record the tree's peak RSS instead")
 
@@ -35,7 +36,7 @@ class RssSettings(_Frozen):
 
     kind: Literal["rss"]
     period_ms: float = Field(20.0, gt=0, le=10000)
-    windows: list[Window] = Field(default_factory=lambda: ["workload", "server"], min_length=1)
+    windows: list[Window] = Field(default_factory=lambda: _BOTH.copy(), min_length=1)
 
 
 class _Rate(_Frozen):
