@@ -7,9 +7,10 @@ server outlives abbench:
    called from ``finally`` blocks and from the signal handlers of the runner;
 2. ``PR_SET_PDEATHSIG``: the kernel sends SIGKILL to the server's direct child
    when abbench dies, even by SIGKILL;
-3. a reaper process per server (``python -m abbench.reaper PGID``) holding a pipe
-   from abbench: when the pipe closes without a ``done`` line (abbench died), it
-   kills the whole group, grandchildren included.
+3. a reaper process per server (``python -m abbench.reaper``) holding a pipe
+   from abbench, on which the server's own process writes its group id before it
+   execs: when the pipe closes without a ``done`` line (abbench died, even right
+   after the fork), it kills the whole group, grandchildren included.
 """
 
 from __future__ import annotations
@@ -36,8 +37,13 @@ from abbench.interrupts import shielded
 _PR_SET_PDEATHSIG = 1
 
 
-def _pdeathsig(parent: int) -> Callable[[], None]:
-    def set_it() -> None:  # runs in the child between fork and exec
+def _pdeathsig(parent: int, reaper_fd: int | None = None) -> Callable[[], None]:
+    def set_it() -> None:  # runs in the child between fork and exec (after setsid)
+        if reaper_fd is not None:
+            # The child tells the reaper its group id itself, before it can run anything:
+            # were abbench killed right after the fork, the reaper still knows what to kill.
+            with contextlib.suppress(OSError):
+                os.write(reaper_fd, f"{os.getpid()}\n".encode())
         try:
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -270,27 +276,21 @@ def start_server(arm: ResolvedArm, *, round_: int, log_path: Path, argv_for_port
 
 def _spawn(arm: ResolvedArm, round_: int, port: int, argv: list[str], env: dict[str, str],
            log_path: Path, log_file: BinaryIO) -> Server:
-    # The reaper starts first and learns the group id once the server exists: there
-    # is no moment in which the server runs without a watchdog.
+    # The reaper starts first; the server's child process writes its group id to the
+    # reaper before exec: there is no moment in which the server runs without a watchdog.
     reaper = _start_reaper()
+    reaper_fd = reaper.stdin.fileno() if reaper is not None and reaper.stdin else None
     try:
         proc = subprocess.Popen(
             argv, cwd=arm.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
             stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_pdeathsig(os.getpid()),
+            preexec_fn=_pdeathsig(os.getpid(), reaper_fd),
         )
     except OSError as e:
         _release_reaper(reaper)
         log_file.close()
         raise _popen_error(e, arm, round_, argv) from None
     started = time.perf_counter()
-    if reaper is not None:
-        try:
-            assert reaper.stdin is not None
-            reaper.stdin.write(f"{proc.pid}\n".encode())
-            reaper.stdin.flush()
-        except OSError:
-            reaper = None
     return Server(arm=arm, round=round_, port=port, log_path=log_path, proc=proc, reaper=reaper,
                   started_at=started, _log_file=log_file)
 

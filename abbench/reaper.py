@@ -1,7 +1,8 @@
 """Watchdog for one server's process group: ``python -m abbench.reaper``.
 
-abbench starts it before the server and writes the server's process group id as
-the first line of its stdin, then keeps stdin open. A ``done`` line means the
+abbench starts it before the server; the server's process, between fork and exec,
+writes its process group id as the first line of the reaper's stdin, and abbench
+keeps stdin open. A ``done`` line means the
 server was stopped normally. End of input without it means abbench died (even by SIGKILL):
 the reaper then kills the whole group, so no server outlives abbench.
 """

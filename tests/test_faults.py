@@ -393,3 +393,50 @@ def test_a_stray_server_on_the_port_is_never_measured(tmp_path: Path, ref: Path,
     assert all(f"port {port} answered, but from pid {stray.pid}" in s["reason"] for s in failed)
     assert not samples(out.run.path)  # nothing measured from the stray
     wait_gone(str(ref), timeout=5)
+
+
+def test_abbench_killed_right_after_the_fork_leaves_no_grandchild(tmp_path: Path, ref: Path
+                                                                  ) -> None:
+    """The narrowest window: abbench dies as soon as the server process exists, before
+    any of its own bookkeeping. The server (a shell) has already started a grandchild
+    that PR_SET_PDEATHSIG does not reach; the reaper must still know the group."""
+    import sys
+    import textwrap
+
+    import yaml
+
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []})
+    doc = yaml.safe_load(arms.read_text())
+    doc["arms"][0]["shell"] = True
+    doc["arms"][0]["start"] = (f"'{sys.executable}' '{ref}' --port \"$ABBENCH_PORT\"; "
+                               "echo server ended")
+    arms.write_text(yaml.safe_dump(doc))
+    script = tmp_path / "die_after_fork.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        from pathlib import Path
+        from abbench import arms
+        from abbench.config import load_config, placeholder_values
+
+        class DieAfterFork(subprocess.Popen):
+            def __init__(self, args, *a, **k):
+                super().__init__(args, *a, **k)
+                if "abbench.reaper" not in args:  # the server: let it start its child, die
+                    time.sleep(1.5)
+                    os._exit(9)
+
+        arms.subprocess.Popen = DieAfterFork
+        cfg = load_config(Path({str(arms)!r}))
+        arm = cfg.resolved_arms()[0]
+        arms.start_server(arm, round_=0, log_path=Path({str(tmp_path / 's.log')!r}),
+                          argv_for_port=lambda port: arm.command(
+                              placeholder_values(cfg, arm, port=port, round_=0)))
+    """))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=60, cwd=str(Path(__file__).resolve().parent.parent))
+    try:
+        assert p.returncode == 9, p.stderr
+        assert "refserver: listening" in (tmp_path / "s.log").read_text()  # the grandchild ran
+        wait_gone(str(ref), timeout=10)
+    finally:  # a failed test must not leak the server either
+        subprocess.run(["pkill", "-9", "-f", str(ref)], check=False)
