@@ -5,7 +5,9 @@
 #   build    SRC PART1 WHEELS  copy abbench + the model's first half, start the CUDA
 #                              build of llama-server in the background (setsid nohup)
 #   campaign PART2             join the model, wait for the build, start the campaign
-#                              (and nvidia-smi loggers) in the background; wait a while
+#                              (and nvidia-smi loggers) in the background; wait a while.
+#                              ABBENCH_ARGS replaces the abbench command line (default:
+#                              run arms/h200-flash-attn.yaml --plain), e.g. a calibrate
 #   collect                    wait for the campaign; copy what it wrote to $OUT
 # PKG: the folder holding abbench/, scripts/ and arms/ (copied to /tmp/ab/pkg).
 set -uo pipefail
@@ -63,7 +65,7 @@ campaign)
   cd $W/pkg || exit 1
   setsid nohup bash -c "nvidia-smi --query-gpu=timestamp,memory.used,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv -lms 200 >$W/smi-gpu.csv 2>&1 & g=\$!; \
     nvidia-smi --query-compute-apps=timestamp,pid,process_name,used_memory --format=csv -lms 200 >$W/smi-apps.csv 2>&1 & a=\$!; \
-    python3 -m abbench.cli run arms/h200-flash-attn.yaml --results $W/results --plain >$W/run.log 2>&1; \
+    python3 -m abbench.cli ${ABBENCH_ARGS:-run arms/h200-flash-attn.yaml --plain} --results $W/results >$W/run.log 2>&1; \
     echo \$? >$W/run.rc; kill \$g \$a" </dev/null >/dev/null 2>&1 &
   wait_for $W/run.rc "${WAIT:-420}"
   tail -25 $W/run.log
