@@ -422,7 +422,10 @@ def test_abbench_killed_right_after_the_fork_leaves_no_grandchild(tmp_path: Path
             def __init__(self, args, *a, **k):
                 super().__init__(args, *a, **k)
                 if "abbench.reaper" not in args:  # the server: let it start its child, die
-                    time.sleep(1.5)
+                    log = Path({str(tmp_path / 's.log')!r})
+                    deadline = time.time() + 30
+                    while b"listening" not in log.read_bytes() and time.time() < deadline:
+                        time.sleep(0.05)
                     os._exit(9)
 
         arms.subprocess.Popen = DieAfterFork

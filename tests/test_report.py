@@ -89,13 +89,13 @@ def test_side_calls_wait_behind_a_one_slot_server(tmp_path, results):
                                                          "max_tokens": 2, "delay": 0}}])
     out = Campaign(load_config(arms), RunOptions(results=results)).execute()
     assert out.status == "complete"
-    side = {arm: [r["metrics"]["side_call_ms"] for r in out.run.records()
-                  if r.get("type") == "sample" and r["arm"] == arm and r.get("valid")]
-            for arm in ("one", "two")}
-    assert len(side["one"]) == len(side["two"]) == 2
-    # 60 tokens at 100/s: the first side call (one at a time) waits ~0.6 s behind the
-    # decode, the second ~20 ms; alongside the decode each takes 2 tokens (~20 ms)
-    assert min(side["one"]) > 150 and min(side["one"]) > 4 * max(side["two"])
+    first = {arm: [r["side_calls"][0]["latency_ms"] for r in out.run.records()
+                   if r.get("type") == "sample" and r["arm"] == arm and r.get("valid")]
+             for arm in ("one", "two")}
+    assert len(first["one"]) == len(first["two"]) == 2
+    # 60 tokens at 100/s: the first side call waits ~0.6 s behind the decode on one
+    # slot; alongside it takes 2 tokens (~20 ms). Wide margins for a loaded machine.
+    assert min(first["one"]) > 400 and max(first["two"]) < 300
     report = (out.run.path / "report.md").read_text()
     assert "arm one's server has one slot (/props total_slots = 1)" in report
     assert "arm two's server" not in report
