@@ -356,7 +356,13 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     if n < 2 or min_p >= alpha:
         verdict: Verdict = "too_few_rounds"
     elif lo > band or hi < -band:
-        verdict = "changed" if p < alpha else "inconclusive"
+        # With outliers in d the data are suspect: "changed" then needs the t test to
+        # agree with the Wilcoxon/HL that decides (p < alpha, interval beyond the band on
+        # the same side). Alone, Wilcoxon at n = 6 says "changed" whenever all six
+        # rounds fall on one side, which an A/A run does 1 time in 32.
+        agree = not outl["d"] or n < 6 or (
+            t.p < alpha and (t.lo > band if lo > band else t.hi < -band))
+        verdict = "changed" if p < alpha and agree else "inconclusive"
     elif lo >= -band and hi <= band:
         verdict = "within_noise"
     else:
@@ -463,7 +469,8 @@ def legend_lines(table: Table | None = None) -> list[str]:
         "95% interval.",
         f"▲ better / ▼ worse (by the metric's direction): changed, p < {alpha:g} after Holm's "
         f"correction over {m} comparison(s) and the whole interval outside the noise band "
-        f"({band_s}); ≈ within noise (interval inside the band); ? inconclusive (more rounds "
+        f"({band_s}; with outlier rounds the t test must agree); ≈ within noise (interval "
+        "inside the band); ? inconclusive (more rounds "
         "needed); 'too few rounds': no distribution-free test can reach p < alpha with so "
         "few rounds (2/2^n >= alpha).",
     ]

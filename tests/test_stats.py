@@ -155,6 +155,28 @@ def test_outlier_in_d_switches_to_wilcoxon() -> None:
     assert c.change == pytest.approx(math.expm1(stats.wilcoxon_hl(d).hl))
 
 
+def test_wilcoxon_alone_cannot_say_changed_when_t_disagrees() -> None:
+    """A real A/A run (llama-server on a loaded 2-core VM, the same arm twice): the twin
+    came out ahead in all six rounds, two log-ratios were flagged as outliers, and the
+    Wilcoxon test (p = 2/64) with its HL interval cleared the band while the t interval
+    did not. With outliers the t test must agree: inconclusive, not changed."""
+    base = dict(enumerate([51.201, 54.709, 49.954, 61.22, 69.28, 70.355]))
+    twin = dict(enumerate([52.556, 63.27, 52.874, 70.158, 71.023, 72.256]))
+    c = compare(base, twin)
+    assert c is not None and c.test.startswith("Wilcoxon") and c.outliers["d"] == [1, 3]
+    assert c.p == pytest.approx(2 / 64) and c.lo is not None and c.lo > 0.01  # HL clears
+    assert c.t_lo is not None and c.t_lo < 0.01  # the t interval does not
+    assert c.verdict == "inconclusive"
+    # a clear effect with one wild round: Wilcoxon alone would say changed, the t test
+    # (widened by the wild round) does not: inconclusive, and the report says why
+    d = D.copy()
+    d[3] = 0.5
+    c = compare(*_pair(d))
+    assert c is not None and c.wilcoxon_p is not None and c.wilcoxon_p < 0.05
+    assert c.verdict == "inconclusive" and any("disagree" in w for w in c.warnings)
+    assert compare(*_pair(D)).verdict == "changed"  # without it, t decides alone
+
+
 def test_holm_can_demote_changed() -> None:
     b, a = _pair(np.array([0.02, 0.03, 0.019, 0.025, 0.021, 0.018, 0.04, 0.011]))
     c = compare(b, a, noise_band=0.001)
