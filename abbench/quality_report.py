@@ -100,16 +100,18 @@ class ItemTest:
     lost: int  # passed on the baseline, failed on the arm
     gained: int
     p: float
+    alpha: float = 0.05
 
-    def reading(self, alpha: float = 0.05) -> str:
-        if self.p < alpha:
+    def reading(self) -> str:
+        if self.p < self.alpha:
             return "quality lost" if self.lost > self.gained else "quality gained"
         if not self.lost and not self.gained:
             return "same verdict on every item"
         return "no significant change"
 
 
-def item_tests(records: list[dict[str, Any]], arms: list[str], baseline: str) -> list[ItemTest]:
+def item_tests(records: list[dict[str, Any]], arms: list[str], baseline: str, *,
+               alpha: float = 0.05) -> list[ItemTest]:
     from scipy.stats import binomtest
 
     votes: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
@@ -133,7 +135,7 @@ def item_tests(records: list[dict[str, Any]], arms: list[str], baseline: str) ->
             lost = sum(1 for k in common if base[k] and not mine[k])
             gained = sum(1 for k in common if mine[k] and not base[k])
             p = binomtest(min(lost, gained), lost + gained, 0.5).pvalue if lost + gained else 1.0
-            out.append(ItemTest(arm, suite, len(common), lost, gained, float(p)))
+            out.append(ItemTest(arm, suite, len(common), lost, gained, float(p), alpha))
     return out
 
 
@@ -193,7 +195,8 @@ def compare_outputs(a: dict[str, Output], b: dict[str, Output]) -> tuple[int, li
     return len(common), diffs
 
 
-def summarize(records: list[dict[str, Any]], arms: list[str], baseline: str) -> QualitySummary:
+def summarize(records: list[dict[str, Any]], arms: list[str], baseline: str, *,
+              alpha: float = 0.05) -> QualitySummary:
     sets: dict[str, SetSummary] = {}
     for r in records:
         if r.get("type") != "fingerprint":
@@ -219,7 +222,7 @@ def summarize(records: list[dict[str, Any]], arms: list[str], baseline: str) -> 
     return QualitySummary(list(sets.values()), dict(failed),
                           [r for r in commands if r.get("error")],
                           sorted({r["stdout"] for r in commands if r.get("stdout")}),
-                          item_tests(records, arms, baseline))
+                          item_tests(records, arms, baseline, alpha=alpha))
 
 
 # ------------------------------------------------------------------- rendering
@@ -388,7 +391,7 @@ def to_json(q: QualitySummary | None) -> dict[str, Any] | None:
         "command_failures": [{"arm": r["arm"], "round": r["round"], "error": r.get("error")}
                              for r in q.command_failures],
         "item_tests": [{"arm": t.arm, "suite": t.suite, "items": t.items, "lost": t.lost,
-                        "gained": t.gained, "p": t.p, "test": "exact McNemar",
+                        "gained": t.gained, "p": t.p, "alpha": t.alpha, "test": "exact McNemar",
                         "reading": t.reading()} for t in q.item_tests],
     }
 

@@ -2,9 +2,9 @@
 
 abbench starts it before the server; the server's process, between fork and exec,
 writes its process group id as the first line of the reaper's stdin, and abbench
-keeps stdin open. A ``done`` line means the
-server was stopped normally. End of input without it means abbench died (even by SIGKILL):
-the reaper then kills the whole group, so no server outlives abbench.
+keeps stdin open. A ``done`` line means the server was stopped normally. End of
+input without it means abbench died (even by SIGKILL): the reaper then kills the
+whole group, so no server outlives abbench.
 """
 
 from __future__ import annotations

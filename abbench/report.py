@@ -127,7 +127,7 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
     table.notes += collector_notes(records)  # unavailable metrics, drift signals
     table.notes += stats.run_notes(meta)  # how --until-ci chose the rounds
     table.notes += side_call_notes(records, meta)
-    table.quality = quality_report.summarize(records, arms, base)
+    table.quality = quality_report.summarize(records, arms, base, alpha=settings.alpha)
     return table
 
 

@@ -347,7 +347,8 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     outl["d"] = outlier_rounds(rounds, list(d), floor=math.log1p(noise_band) / 4)
     t = t_interval(d, alpha)
     w = wilcoxon_hl(d, alpha)
-    if outl["d"] and n >= 6:
+    robust = bool(outl["d"]) and n >= 6  # outliers in d: Wilcoxon/HL decides
+    if robust:
         test, est, lo, hi, p = "Wilcoxon signed-rank (outliers in d)", w.hl, w.lo, w.hi, w.p
     else:
         test, est, lo, hi, p = "paired t on log-ratios", t.mean, t.lo, t.hi, t.p
@@ -356,12 +357,11 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     if n < 2 or min_p >= alpha:
         verdict: Verdict = "too_few_rounds"
     elif lo > band or hi < -band:
-        # With outliers in d the data are suspect: "changed" then needs the t test to
-        # agree with the Wilcoxon/HL that decides (p < alpha, interval beyond the band on
-        # the same side). Alone, Wilcoxon at n = 6 says "changed" whenever all six
-        # rounds fall on one side, which an A/A run does 1 time in 32.
-        agree = not outl["d"] or n < 6 or (
-            t.p < alpha and (t.lo > band if lo > band else t.hi < -band))
+        # When Wilcoxon/HL decides, the data are suspect: "changed" also needs the t test
+        # (p < alpha, interval beyond the band on the same side). Alone, Wilcoxon at
+        # n = 6 says "changed" whenever all six rounds fall on one side, which an A/A
+        # run does 1 time in 32.
+        agree = not robust or (t.p < alpha and (t.lo > band if lo > band else t.hi < -band))
         verdict = "changed" if p < alpha and agree else "inconclusive"
     elif lo >= -band and hi <= band:
         verdict = "within_noise"

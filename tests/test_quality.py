@@ -334,6 +334,8 @@ def test_item_tests_exact_mcnemar_on_majority_verdicts() -> None:
     assert t.reading() == "quality lost"
     q = summarize(records, ["base", "cand"], "base")
     assert to_json(q)["item_tests"][0]["reading"] == "quality lost"
+    (strict,) = item_tests(records, ["base", "cand"], "base", alpha=0.005)  # the run's alpha
+    assert strict.reading() == "no significant change"  # p = 2/256 > 0.005
 
     same = [rec(a, i, 0, i % 2 == 0) for a in ("base", "cand") for i in range(6)]
     (u,) = item_tests(same, ["base", "cand"], "base")
