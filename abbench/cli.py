@@ -1,18 +1,44 @@
-"""The command line: parse, call one core function, render. No logic here."""
+"""The command line: parse, call one core function (:mod:`abbench.campaign.commands`),
+print what it returns. The one error boundary is :func:`command`."""
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from abbench.campaign import commands
+from abbench.campaign.commands import Output
 from abbench.errors import AbbenchError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Interleaved A/B benchmarking of LLM inference-server builds.")
+
+
+def command(fn: Callable[..., Output]) -> Callable[..., None]:
+    """The error boundary of every command: print the :class:`Output`, or turn an
+    :class:`AbbenchError` into ``Error: ...`` on stderr and its exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            out = fn(*args, **kwargs)
+        except AbbenchError as e:
+            typer.echo(f"Error: {e}", err=True)
+            raise typer.Exit(e.exit_code) from None
+        if out.stdout:
+            typer.echo(out.stdout, nl=False)
+        for line in out.stderr:
+            typer.echo(line, err=True)
+        raise typer.Exit(out.code)
+
+    return wrapper
+
 
 ResultsOpt = Annotated[Path | None, typer.Option("--results", help="results directory "
                                                  "(default: the arms file's results:, or "
@@ -26,12 +52,8 @@ MaxRoundsOpt = Annotated[int | None, typer.Option(
     "--max-rounds", min=2, help="cap on rounds with --until-ci (stats.max_rounds)")]
 
 
-def _fail(e: AbbenchError) -> None:
-    typer.echo(f"Error: {e}", err=True)
-    raise typer.Exit(e.exit_code)
-
-
 @app.command()
+@command
 def run(
     arms_file: Annotated[Path | None, typer.Argument(help="the arms file (YAML)")] = None,
     rounds: Annotated[int | None, typer.Option("--rounds", min=1, help="override rounds:")] = None,
@@ -43,68 +65,31 @@ def run(
     max_rounds: MaxRoundsOpt = None,
     resume: Annotated[str | None, typer.Option("--resume", metavar="RUN", help="continue an "
                                                "interrupted run (id, prefix or folder)")] = None,
-) -> None:
+) -> Output:
     """Start each arm's server in interleaved rounds, measure, print the markdown table.
 
     Example: abbench run arms/llama-cpu.yaml --rounds 4 --seed 7 --until-ci 1%
     """
-    from abbench.config import load_config
-    from abbench.errors import ConfigError
-    from abbench.progress import make_progress
-    from abbench.resume import resume_run
-    from abbench.runner import Campaign, RunOptions
-    from abbench.sequential import with_stats
-
-    try:
-        if resume is not None:
-            if arms_file is not None or rounds is not None or seed is not None:
-                raise ConfigError("--resume takes the arms file, rounds and seed from the run",
-                                  hint=f"abbench run --resume {resume} [--results DIR]")
-            outcome = resume_run(resume, results or Path("results"),
-                                 progress=make_progress(live))
-        elif arms_file is None:
-            raise ConfigError("no arms file", hint="abbench run ARMS_FILE, or abbench run "
-                              "--resume RUN to continue a run")
-        else:
-            cfg = with_stats(load_config(arms_file), until_ci=until_ci, max_rounds=max_rounds)
-            opts = RunOptions(results=results or Path(cfg.results), rounds=rounds, seed=seed,
-                              config_path=str(arms_file))
-            outcome = Campaign(cfg, opts, progress=make_progress(live)).execute()
-    except AbbenchError as e:
-        _fail(e)
-        return
-    typer.echo(outcome.report_md, nl=False)
-    typer.echo(f"\nStored in {outcome.run.path}", err=True)
-    if outcome.failed_slots:
-        raise typer.Exit(1)
+    return commands.run(arms_file, rounds=rounds, seed=seed, results=results, live=live,
+                        until_ci=until_ci, max_rounds=max_rounds, resume=resume)
 
 
 @app.command()
+@command
 def validate(
     arms_files: Annotated[list[Path], typer.Argument(help="one or more arms files")],
     rounds: Annotated[int | None, typer.Option("--rounds", min=1)] = None,
     seed: Annotated[int | None, typer.Option("--seed", min=0)] = None,
-) -> None:
+) -> Output:
     """Check arms files and print the plan (arms, order with its seed, workloads); start nothing.
 
     Example: abbench validate arms/*.yaml
     """
-    from abbench.config import load_config
-    from abbench.plan import describe_plan
-
-    code = 0
-    for path in arms_files:
-        try:
-            cfg = load_config(path)
-            typer.echo(describe_plan(cfg, rounds=rounds, seed=seed))
-        except AbbenchError as e:
-            typer.echo(f"Error: {e}", err=True)
-            code = max(code, e.exit_code)
-    raise typer.Exit(code)
+    return commands.validate(arms_files, rounds=rounds, seed=seed)
 
 
-# -- statistics commands (calibrate) below this line
 @app.command()
+@command
 def calibrate(
     arms_file: Annotated[Path, typer.Argument(help="the arms file (YAML)")],
     arm: Annotated[str, typer.Option("--arm", help="the arm to run against its twin")],
@@ -118,40 +103,14 @@ def calibrate(
     seed: Annotated[int | None, typer.Option("--seed", min=0)] = None,
     results: ResultsOpt = None,
     live: Annotated[bool | None, typer.Option("--live/--plain")] = None,
-) -> None:
+) -> Output:
     """A/A run: one arm against its identical twin; print the noise floor per metric.
 
     Example: abbench calibrate arms/llama-cpu.yaml --arm f16 --rounds 6 --effect 2%
     """
-    from abbench.calibrate import band_yaml, calibrate, noise_floor, render_calibration
-    from abbench.config import load_config
-    from abbench.progress import make_progress
-    from abbench.report import build_table
-    from abbench.runner import RunOptions
-    from abbench.stats import fraction_option
+    return commands.calibrate_arm(arms_file, arm=arm, rounds=rounds, effect=effect,
+                                  write_band=write_band, seed=seed, results=results, live=live)
 
-    try:
-        cfg = load_config(arms_file)
-        size = fraction_option(effect, "--effect")
-        opts = RunOptions(results=results or Path(cfg.results), rounds=rounds, seed=seed,
-                          config_path=str(arms_file))
-        outcome = calibrate(cfg, arm, opts, progress=make_progress(live))
-    except AbbenchError as e:
-        _fail(e)
-        return
-    table = build_table(outcome.run.records(), outcome.run.meta())
-    floors = noise_floor(table, effect=size, settings=cfg.stats)
-    typer.echo(render_calibration(floors, arm=arm, effect=size, settings=cfg.stats), nl=False)
-    if write_band is not None:
-        write_band.write_text(band_yaml(floors))
-        typer.echo(f"Suggested noise bands written to {write_band}", err=True)
-    typer.echo(f"Stored in {outcome.run.path}", err=True)
-    if outcome.failed_slots:
-        raise typer.Exit(1)
-
-
-
-# -- history commands (ls, report, compare, history) below this line
 
 ReadResultsOpt = Annotated[Path, typer.Option("--results", help="results directory")]
 
@@ -167,14 +126,8 @@ class XAxisOpt(str, Enum):
     commit = "commit"
 
 
-def _warn(problems: list[str], most: int = 10) -> None:
-    for p in problems[:most]:
-        typer.echo(f"warning: {p}", err=True)
-    if len(problems) > most:
-        typer.echo(f"warning: ... and {len(problems) - most} more problem(s)", err=True)
-
-
 @app.command("ls")
+@command
 def ls_(
     results: ReadResultsOpt = Path("results"),
     label: Annotated[str | None, typer.Option(help="only runs with an arm whose label or "
@@ -183,27 +136,16 @@ def ls_(
                                               "(2026-11-29 or ISO date-time)")] = None,
     until: Annotated[str | None, typer.Option(help="only runs up to this date "
                                               "(inclusive for a bare date)")] = None,
-) -> None:
+) -> Output:
     """List stored runs: date, rounds, status, arms (labels, commits), oldest first.
 
     Example: abbench ls --label prod --since 2026-11-01
     """
-    from abbench.history import format_runs, parse_when
-    from abbench.index import open_index
-
-    try:
-        with open_index(results) as ix:
-            runs = ix.runs(label=label, since=parse_when(since) if since else None,
-                           until=parse_when(until, end=True) if until else None)
-            problems = ix.run_errors() + ix.problems(r.id for r in runs)
-    except AbbenchError as e:
-        _fail(e)
-        return
-    _warn(problems)
-    typer.echo(format_runs(runs), nl=False)
+    return commands.list_runs(results, label=label, since=since, until=until)
 
 
 @app.command()
+@command
 def report(
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="run id, unique prefix, "
                                            "'latest', or run folder")],
@@ -211,25 +153,16 @@ def report(
     fmt: Annotated[TableFormat, typer.Option("--format", help="md, json or csv")] =
     TableFormat.md,
     baseline: Annotated[str | None, typer.Option(help="arm to compare against")] = None,
-) -> None:
+) -> Output:
     """Re-render a stored run's table from its samples alone.
 
     Example: abbench report 20261129-2319 --format csv --baseline q8
     """
-    from abbench.compare import render, run_table
-    from abbench.store import open_run
-
-    problems: list[str] = []
-    try:
-        table = run_table(open_run(run_ref, results), baseline=baseline, problems=problems)
-    except AbbenchError as e:
-        _fail(e)
-        return
-    _warn(problems)
-    typer.echo(render(table, fmt.value), nl=False)
+    return commands.report(run_ref, results, fmt=fmt.value, baseline=baseline)
 
 
 @app.command()
+@command
 def compare(
     run_a: Annotated[str, typer.Argument(metavar="RUN_A[:ARM]", help="the baseline side; "
                                          "ARM defaults to the run's baseline arm")],
@@ -237,27 +170,16 @@ def compare(
     results: ReadResultsOpt = Path("results"),
     fmt: Annotated[TableFormat, typer.Option("--format", help="md, json or csv")] =
     TableFormat.md,
-) -> None:
+) -> Output:
     """Compare an arm of one run with an arm of another (rounds paired by index).
 
     Example: abbench compare 20261128-0901:f16 20261129-2319:f16
     """
-    from abbench.compare import compare_table, parse_run_arm, render
-
-    problems: list[str] = []
-    try:
-        table = compare_table(parse_run_arm(run_a, results), parse_run_arm(run_b, results),
-                              problems=problems)
-    except AbbenchError as e:
-        _fail(e)
-        return
-    _warn(problems)
-    if table.notes and fmt is not TableFormat.md:  # markdown carries them itself
-        _warn(table.notes)
-    typer.echo(render(table, fmt.value), nl=False)
+    return commands.compare(run_a, run_b, results, fmt=fmt.value)
 
 
 @app.command()
+@command
 def history(
     results: ReadResultsOpt = Path("results"),
     metric: Annotated[list[str] | None, typer.Option(help="metric name, repeatable "
@@ -277,56 +199,18 @@ def history(
     window: Annotated[int, typer.Option(min=1, help="runs in the lookback window")] = 20,
     x: Annotated[XAxisOpt, typer.Option("--x", help="x axis: run time or run (commit) "
                                         "order")] = XAxisOpt.time,
-) -> None:
+) -> Output:
     """Each arm label's value per run over time, regressions marked; --check gates CI.
 
     Example: abbench history --metric decode_tok_s --workload "decode 1K" --out h.png --check
     """
-    from abbench.history import (
-        build_series,
-        check_history,
-        format_check,
-        format_series,
-        plot_history,
-        write_html,
-    )
-    from abbench.index import open_index
-
-    limit = threshold / 100
-    try:
-        with open_index(results) as ix:
-            series = build_series(ix, metric, workload, label)
-            problems = ix.run_errors() + ix.problems()
-            latest = ix.runs()[-1:]
-        verdict = check_history(series, threshold=limit, window=window) \
-            if check or html is not None else None
-        if out is not None:
-            summary = plot_history(series, out, x=x.value, threshold=limit)
-            typer.echo(f"wrote {summary.path}", err=True)
-        if html is not None:
-            from abbench.compare import run_table
-            from abbench.store import Run
-
-            tables = [run_table(Run(Path(r.path))) for r in latest if not r.error]
-            assert verdict is not None
-            page = write_html(series, html, tables=tables, check=verdict, x=x.value,
-                              threshold=limit)
-            typer.echo(f"wrote {page}", err=True)
-    except AbbenchError as e:
-        _fail(e)
-        return
-    _warn(problems)
-    if verdict is not None and check:
-        typer.echo(format_check(verdict), nl=False)
-        raise typer.Exit(1 if verdict.regressions else 0)
-    if out is None and html is None:
-        typer.echo(format_series(series), nl=False)
-
-
-# -- quality commands (diff) below this line
+    return commands.history(results, metrics=metric, workloads=workload, labels=label,
+                            out_path=out, html=html, check=check, threshold=threshold,
+                            window=window, x=x.value)
 
 
 @app.command()
+@command
 def diff(
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="run id, unique prefix, "
                                            "'latest', or a run folder")],
@@ -338,26 +222,13 @@ def diff(
     warm: Annotated[bool, typer.Option("--warm", help="the warm pass, not the cold")] = False,
     width: Annotated[int, typer.Option("--width", min=16, help="column width")] = 48,
     results: ResultsOpt = None,
-) -> None:
+) -> Output:
     """Show two arms' differing greedy outputs side by side, divergence marked.
 
     Example: abbench diff latest --set basics --arm f16 --arm q8
     """
-    from abbench.quality_report import diff_text
-    from abbench.store import open_run
-
-    try:
-        run_ = open_run(run_ref, results or Path("results"))
-        text = diff_text(run_.records(), run_.meta(), set_name=set_name, arms=arm,
-                         prompt=prompt, pass_="warm" if warm else "cold", round_=round_,
-                         width=width)
-    except AbbenchError as e:
-        _fail(e)
-        return
-    typer.echo(text, nl=False)
-
-
-# -- end of commands
+    return commands.diff(run_ref, results or Path("results"), set_name=set_name, arms=arm,
+                         prompt=prompt, round_=round_, warm=warm, width=width)
 
 
 def main() -> None:

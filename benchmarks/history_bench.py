@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from abbench.index import INDEX_FILE, open_index
-from abbench.store import Run
+from abbench.store.index import INDEX_FILE, open_index
+from abbench.store.run import Run
 
 ROOT = Path(__file__).resolve().parent.parent
 ABBENCH = [sys.executable, "-m", "abbench.cli"]
@@ -167,7 +167,7 @@ def main() -> int:
         rows.append(("`abbench history --check` (every table metric)", check_s,
                      check_cpu, None))
         t0, c0 = time.perf_counter(), time.process_time()
-        from abbench.history import load_samples
+        from abbench.history.series import load_samples
 
         df = load_samples(results)
         rows.append((f"`abbench.load_samples` ({len(df)} rows)", time.perf_counter() - t0,

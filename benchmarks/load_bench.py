@@ -21,8 +21,8 @@ from typing import Any
 import psutil
 import yaml
 
-from abbench.config import load_config
-from abbench.runner import Campaign, RunOptions
+from abbench.campaign.runner import Campaign, RunOptions
+from abbench.config.schema import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

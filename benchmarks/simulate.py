@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import norm
 
-from abbench.schedule import Order, make_schedule
-from abbench.sequential import block_size, look_alpha, planned_looks, stop_reason
-from abbench.stats import Comparison, StatsConfig, compare
+from abbench.config.stats import StatsConfig
+from abbench.model.schedule import Order, make_schedule
+from abbench.stats.paired import Comparison, compare
+from abbench.stats.stopping import block_size, look_alpha, planned_looks, stop_reason
 
 ARMS = ["A", "B"]
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "simulation.md"

@@ -29,11 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from abbench.config import load_config  # noqa: E402
-from abbench.environment import cpu_model  # noqa: E402
-from abbench.report import timing_agreement  # noqa: E402
-from abbench.runner import Campaign, RunOptions  # noqa: E402
-from abbench.workload import Client  # noqa: E402
+from abbench.campaign.environment import cpu_model  # noqa: E402
+from abbench.campaign.runner import Campaign, RunOptions  # noqa: E402
+from abbench.config.schema import load_config  # noqa: E402
+from abbench.report.table import timing_agreement  # noqa: E402
+from abbench.workload.decode import Client  # noqa: E402
 
 
 def real_campaign(rounds: int, tmp: Path) -> tuple[float, int, float, float, float]:
@@ -65,8 +65,8 @@ def real_campaign(rounds: int, tmp: Path) -> tuple[float, int, float, float, flo
 
 
 def client_capacity(tokens: int = 200_000, repeats: int = 3) -> float:
-    from abbench.arms import free_port
-    from abbench.config import Readiness, ResolvedArm
+    from abbench.config.schema import Readiness, ResolvedArm
+    from abbench.server.process import free_port
 
     port = free_port("127.0.0.1")
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "refserver.py"), "--port",

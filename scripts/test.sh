@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 eval "$(bash scripts/setup.sh)"
 export LLAMA_SERVER SMOLLM2_GGUF
 .venv/bin/ruff check abbench tests benchmarks
+.venv/bin/lint-imports
 .venv/bin/python -m mypy
 exec .venv/bin/python -m pytest -q "$@"

@@ -1,4 +1,10 @@
-"""Shared fixtures: the reference server, the real llama-server, arms files."""
+"""Shared fixtures: the reference server, the real llama-server, arms files.
+
+Tests live in folders by layer: ``unit/`` (pure functions, no process), ``ref/``
+(CLI runs against the reference server ``refserver.py``), ``real/`` (end to end
+against the real llama-server; marked ``real`` here, by folder), and ``golden/``
+(the files that pin every renderer).
+"""
 
 from __future__ import annotations
 
@@ -71,3 +77,13 @@ def no_process_left(pattern: str) -> bool:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return True
+
+
+REAL_DIR = Path(__file__).resolve().parent / "real"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``real`` marker, by folder: every test under tests/real/."""
+    for item in items:
+        if REAL_DIR in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.real)

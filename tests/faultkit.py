@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import REFSERVER, no_process_left
+
+from tests.conftest import REFSERVER, no_process_left
 
 
 def cli(*args: str | Path, cwd: Path | None = None, timeout: float = 300,
@@ -70,8 +71,12 @@ def only_run(results: Path) -> Path:
 
 
 def lines(run: Path) -> list[dict[str, Any]]:
-    """Every line of samples.jsonl, parsed strictly: a half line fails the test."""
-    text = (run / "samples.jsonl").read_text()
+    """Every line of samples.jsonl, parsed strictly: a half line fails the test. A run
+    folder whose first record is not written yet has none."""
+    path = run / "samples.jsonl"
+    if not path.exists():
+        return []
+    text = path.read_text()
     assert text == "" or text.endswith("\n"), "samples.jsonl ends in a half line"
     return [json.loads(line) for line in text.splitlines()]
 

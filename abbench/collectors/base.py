@@ -3,39 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from abbench.metrics import METRICS, MetricSpec, register
-
-if TYPE_CHECKING:
-    from abbench.runner import SlotContext
+from abbench.slot import SlotContext
 
 SERVER_ROW = "server"  # the workload name of a whole-server-life window
 
-for _spec in (
-    MetricSpec("peak_vram_mib", "peak VRAM", "MiB", "lower", 0),
-    MetricSpec("device_vram_mib", "peak device VRAM", "MiB", "lower", 0),
-    MetricSpec("peak_rss_mib", "peak RSS", "MiB", "lower", 0),
-    MetricSpec("misses_per_token", "misses/token", "", "lower", 2),
-):
-    register(_spec)
-
-
-def ensure_spec(name: str, label: str | None, unit: str, direction: str) -> None:
-    """Register a configured metric of the user's own (unless it is known)."""
-    if name not in METRICS:
-        register(MetricSpec(name, label or name.replace("_", " "), unit,
-                            "lower" if direction == "lower" else "higher"))
-
-
-def register_stored_specs(records: list[dict[str, Any]]) -> None:
-    """Register the specs that collector records carry, so that a report rebuilt
-    from a stored run labels a metric of the user's own as the run did."""
-    for r in records:
-        sp = r.get("spec")
-        if r.get("collector") and isinstance(sp, dict) and sp.get("name"):
-            ensure_spec(sp["name"], sp.get("label"), sp.get("unit", ""),
-                        sp.get("direction", "higher"))
 
 
 def base_fields(ctx: SlotContext) -> dict[str, Any]:
@@ -89,7 +62,7 @@ class Collector:
 
 def window_samples(ctx: SlotContext, row: str) -> list[dict[str, Any]]:
     """The workload's own sample records of this slot and row (not collectors')."""
-    return [r for r in ctx.run.records() if r.get("type") == "sample"
+    return [r for r in ctx.records() if r.get("type") == "sample"
             and r.get("slot") == ctx.slot.index and r.get("workload") == row
             and "collector" not in r]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -17,23 +17,19 @@ from abbench.collectors.base import (
     base_fields,
     decoded_tokens,
     dig,
-    ensure_spec,
     record_window,
     window_samples,
 )
-from abbench.collectors.settings import (
+from abbench.config.collectors import (
     FlushSettings,
     LogRegexSettings,
     PrometheusSettings,
     ResponseFieldSettings,
     _Rate,
 )
+from abbench.config.presets import Preset, arm_preset
 from abbench.errors import ConfigError
-from abbench.presets import Preset, arm_preset
-
-if TYPE_CHECKING:
-    from abbench.runner import SlotContext
-
+from abbench.slot import SlotContext
 
 # --------------------------------------------------------------- Prometheus
 
@@ -117,7 +113,6 @@ class PrometheusCollector(_RateCollector):
 
     def __init__(self, settings: PrometheusSettings):
         self.settings = settings
-        ensure_spec(settings.name, settings.label, settings.unit, settings.direction)
 
     def _names(self, preset: Preset) -> tuple[str, str | None]:
         s = self.settings
@@ -227,7 +222,6 @@ class ResponseFieldCollector(_RateCollector):
 
     def __init__(self, settings: ResponseFieldSettings):
         self.settings = settings
-        ensure_spec(settings.name, settings.label, settings.unit, settings.direction)
 
     def begin_window(self, ctx: SlotContext, row: str) -> WindowState:
         return WindowState(row)
@@ -278,7 +272,6 @@ class LogRegexCollector(_RateCollector):
     def __init__(self, settings: LogRegexSettings):
         self.settings = settings
         self.rx = re.compile(settings.pattern)
-        ensure_spec(settings.name, settings.label, settings.unit, settings.direction)
 
     def _values(self, text: str) -> list[float]:
         out = []

@@ -7,17 +7,14 @@ from __future__ import annotations
 import contextlib
 import statistics
 import threading
-from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 
 from abbench.collectors.base import Collector, base_fields
 from abbench.collectors.memory import Nvml, open_nvml
-from abbench.collectors.settings import DriftSettings
-
-if TYPE_CHECKING:
-    from abbench.runner import SlotContext
+from abbench.config.collectors import DriftSettings
+from abbench.slot import SlotContext
 
 #: signal -> (label, unit)
 SIGNALS = {
@@ -115,86 +112,3 @@ class DriftCollector(Collector):
         if self._nvml is not None:
             self._nvml.shutdown()
             self._nvml = None
-
-
-# ------------------------------------------------------------------ reporting
-
-
-def _pct(a: float, b: float) -> float:
-    ref = max(abs(a), abs(b))
-    return 0.0 if ref == 0 else abs(a - b) / ref * 100
-
-
-def drift_report(records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
-    """(detail lines: a table of each signal's per-round mean by arm, warnings)."""
-    drift = [r for r in records if r.get("type") == "drift"]
-    if not drift:
-        return [], []
-    warn_pct = float(drift[0].get("warn_pct", 5.0))
-    by: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
-    for r in drift:
-        for key, s in (r.get("signals") or {}).items():
-            by[key][r["arm"]][int(r["round"])] = float(s["mean"])
-    arms = list(dict.fromkeys(r["arm"] for r in drift))
-    rounds = sorted({int(r["round"]) for r in drift})
-    lines = ["| signal | arm | " + " | ".join(f"r{n}" for n in rounds) + " |",
-             "|---|---|" + "---|" * len(rounds)]
-    warnings: list[str] = []
-    for key, per_arm in by.items():
-        label, unit = SIGNALS.get(key, (key, ""))
-        head = f"{label} ({unit})" if unit else label
-        for arm in arms:
-            vals = per_arm.get(arm, {})
-            cells = [f"{vals[n]:.1f}" if n in vals else "–" for n in rounds]
-            lines.append(f"| {head} | {arm} | " + " | ".join(cells) + " |")
-        # load follows our own work: only big gaps count
-        tol = max(warn_pct, 25.0) if key in ("cpu_load_1m", "cpu_percent") else warn_pct
-        means = {a: statistics.fmean(v.values()) for a, v in per_arm.items() if v}
-        if len(means) > 1:
-            hi, lo = max(means, key=means.__getitem__), min(means, key=means.__getitem__)
-            gap = _pct(means[hi], means[lo])
-            if gap > tol:
-                warnings.append(f"Warning: {label} differs between arms by {gap:.0f}% "
-                                f"({hi} {means[hi]:.1f} vs {lo} {means[lo]:.1f} {unit}).")
-        per_round = defaultdict(list)
-        for v in per_arm.values():
-            for n, x in v.items():
-                per_round[n].append(x)
-        if len(per_round) > 1:
-            seq = [statistics.fmean(per_round[n]) for n in sorted(per_round)]
-            change = _pct(seq[0], seq[-1])
-            if change > tol:
-                warnings.append(f"Warning: {label} drifted across the run by {change:.0f}% "
-                                f"(first round {seq[0]:.1f}, last {seq[-1]:.1f} {unit}).")
-    return lines, warnings
-
-
-def collector_notes(records: list[dict[str, Any]]) -> list[str]:
-    """Lines for the end of the report: unavailable metrics, sampling periods, drift."""
-    out: list[str] = []
-    why: dict[str, set[str]] = defaultdict(set)
-    periods: set[float] = set()
-    for r in records:
-        if r.get("type") != "sample" or "collector" not in r:
-            continue
-        for metric, reason in (r.get("unavailable") or {}).items():
-            why[metric].add(reason)
-        if r.get("period_ms") is not None and r.get("metrics"):
-            periods.add(float(r["period_ms"]))
-    for metric, reasons in why.items():
-        out.append(f"Unavailable: {metric}: {'; '.join(sorted(reasons))}.")
-    flushes = [r for r in records if r.get("type") == "flush"]
-    failed = [r for r in flushes if not r.get("ok")]
-    if flushes:
-        out.append(f"Cache flushes: {len(flushes) - len(failed)} of {len(flushes)} succeeded"
-                   + (f" (failed: {failed[0].get('reason')})." if failed else "."))
-    if periods:
-        out.append("Memory peaks: sampled every " + ", ".join(f"{p:g}" for p in
-                   sorted(periods)) + " ms over the server's whole process tree; spikes "
-                   "shorter than that can be missed.")
-    lines, warnings = drift_report(records)
-    out.extend(warnings)
-    if lines:
-        out += ["", "<details><summary>Drift signals (mean per server life)</summary>", "",
-                *lines, "", "</details>"]
-    return out

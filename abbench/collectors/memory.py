@@ -11,15 +11,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 
 from abbench.collectors.base import SERVER_ROW, Collector, WindowState, record_window
-from abbench.collectors.settings import RssSettings, VramSettings
-
-if TYPE_CHECKING:
-    from abbench.runner import SlotContext
+from abbench.config.collectors import RssSettings, VramSettings
+from abbench.slot import SlotContext
 
 MIB = 1024 * 1024
 

@@ -7,46 +7,24 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
 
+from abbench import registry
 from abbench.collectors.base import Collector, WindowState
-from abbench.collectors.counters import (
-    FlushCollector,
-    LogRegexCollector,
-    PrometheusCollector,
-    ResponseFieldCollector,
-)
-from abbench.collectors.drift import DriftCollector
-from abbench.collectors.memory import MemoryCollector
-from abbench.collectors.settings import (
-    CollectorSettings,
-    DriftSettings,
-    FlushSettings,
-    LogRegexSettings,
-    PrometheusSettings,
-    ResponseFieldSettings,
-    RssSettings,
-    VramSettings,
-)
-
-if TYPE_CHECKING:
-    from abbench.config import Config
-    from abbench.runner import SlotContext, SlotTask
+from abbench.config.collectors import CollectorSettings
+from abbench.config.schema import Config
+from abbench.errors import ConfigError
+from abbench.slot import SlotContext, SlotTask
 
 
 def make_collector(s: CollectorSettings) -> Collector:
-    if isinstance(s, (VramSettings, RssSettings)):
-        return MemoryCollector(s)
-    if isinstance(s, PrometheusSettings):
-        return PrometheusCollector(s)
-    if isinstance(s, ResponseFieldSettings):
-        return ResponseFieldCollector(s)
-    if isinstance(s, LogRegexSettings):
-        return LogRegexCollector(s)
-    if isinstance(s, FlushSettings):
-        return FlushCollector(s)
-    assert isinstance(s, DriftSettings)
-    return DriftCollector(s)
+    """The collector registered for ``s.kind`` (abbench.collectors entry points)."""
+    factory = registry.load("abbench.collectors", s.kind)
+    collector = factory(s)
+    if not isinstance(collector, Collector):
+        raise ConfigError(f"the abbench.collectors entry {s.kind!r} made a "
+                          f"{type(collector).__name__}, not a Collector",
+                          hint="subclass abbench.collectors.base.Collector")
+    return collector
 
 
 class ServerLifeBegin:
@@ -89,7 +67,7 @@ class ServerLifeEnd:
             c.end_server(ctx)
 
 
-def collector_tasks(cfg: Config) -> list[Any]:
+def collector_tasks(cfg: Config) -> list[SlotTask]:
     """The two tasks for ``cfg.collectors`` (none when no collector is configured)."""
     collectors = [make_collector(s) for s in cfg.collectors]
     if not collectors:

@@ -1,0 +1,5 @@
+"""``python -m abbench``."""
+
+from abbench.cli import main
+
+main()

@@ -1,0 +1,184 @@
+"""One function per command: what ``abbench X`` does, minus parsing and printing.
+
+Each returns an :class:`Output` (stdout text, stderr lines, exit code) that the CLI
+prints as it is; every failure is an :class:`~abbench.errors.AbbenchError`, which
+the CLI's one error boundary turns into ``Error: ...`` and its exit code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from abbench.campaign.calibrate import calibrate
+from abbench.campaign.progress import make_progress
+from abbench.campaign.resume import resume_run
+from abbench.campaign.runner import Campaign, RunOptions, RunOutcome
+from abbench.config.overrides import with_stats
+from abbench.config.plan import plan
+from abbench.config.schema import load_config
+from abbench.config.stats import fraction_option
+from abbench.errors import AbbenchError, ConfigError
+from abbench.history.series import (
+    build_series,
+    check_history,
+    format_check,
+    format_runs,
+    format_series,
+    parse_when,
+    plot_history,
+    write_html,
+)
+from abbench.report.calibrate import band_yaml, noise_floor, render_calibration
+from abbench.report.compare import Format, compare_table, parse_run_arm, render, run_table
+from abbench.report.plan import describe_plan
+from abbench.report.quality_text import diff_text
+from abbench.report.table import build_table
+from abbench.store.index import open_index
+from abbench.store.run import Run, open_run
+
+#: problems (unreadable lines, runs) listed on stderr before the rest are counted
+MOST_PROBLEMS = 10
+
+
+@dataclass
+class Output:
+    """What a command prints: ``stdout`` as is, ``stderr`` one line each, then exits."""
+
+    stdout: str = ""
+    stderr: list[str] = field(default_factory=list)
+    code: int = 0
+
+    def warn(self, problems: list[str]) -> None:
+        self.stderr += [f"warning: {p}" for p in problems[:MOST_PROBLEMS]]
+        if len(problems) > MOST_PROBLEMS:
+            self.stderr.append(f"warning: ... and {len(problems) - MOST_PROBLEMS} more "
+                               "problem(s)")
+
+
+def _ran(outcome: RunOutcome, *extra: str) -> Output:
+    return Output(outcome.report_md, [*extra, f"Stored in {outcome.run.path}"],
+                  1 if outcome.failed_slots else 0)
+
+
+def run(arms_file: Path | None, *, rounds: int | None, seed: int | None,
+        results: Path | None, live: bool | None, until_ci: str | None,
+        max_rounds: int | None, resume: str | None) -> Output:
+    """``abbench run``: a new campaign, or ``--resume`` of a stored one."""
+    progress = make_progress(live)
+    if resume is not None:
+        if arms_file is not None or rounds is not None or seed is not None:
+            raise ConfigError("--resume takes the arms file, rounds and seed from the run",
+                              hint=f"abbench run --resume {resume} [--results DIR]")
+        return _ran(resume_run(resume, results or Path("results"), progress=progress))
+    if arms_file is None:
+        raise ConfigError("no arms file", hint="abbench run ARMS_FILE, or abbench run "
+                          "--resume RUN to continue a run")
+    cfg = with_stats(load_config(arms_file), until_ci=until_ci, max_rounds=max_rounds)
+    opts = RunOptions(results=results or Path(cfg.results), rounds=rounds, seed=seed,
+                      config_path=str(arms_file))
+    return _ran(Campaign(cfg, opts, progress=progress).execute())
+
+
+def validate(arms_files: list[Path], *, rounds: int | None, seed: int | None) -> Output:
+    """``abbench validate``: every file checked; the plan of each one that is good."""
+    out = Output()
+    for path in arms_files:
+        try:
+            cfg = load_config(path)
+            schedule, drawn = plan(cfg, rounds=rounds, seed=seed)
+            out.stdout += describe_plan(cfg, schedule, drawn, rounds=rounds) + "\n"
+        except AbbenchError as e:
+            out.stderr.append(f"Error: {e}")
+            out.code = max(out.code, e.exit_code)
+    return out
+
+
+def calibrate_arm(arms_file: Path, *, arm: str, rounds: int | None, effect: str,
+                  write_band: Path | None, seed: int | None, results: Path | None,
+                  live: bool | None) -> Output:
+    """``abbench calibrate``: the A/A run and its noise floor per row."""
+    cfg = load_config(arms_file)
+    size = fraction_option(effect, "--effect")
+    opts = RunOptions(results=results or Path(cfg.results), rounds=rounds, seed=seed,
+                      config_path=str(arms_file))
+    outcome = calibrate(cfg, arm, opts, progress=make_progress(live))
+    table = build_table(outcome.run.records(), outcome.run.meta())
+    floors = noise_floor(table, effect=size, settings=cfg.stats)
+    text = render_calibration(floors, arm=arm, effect=size, settings=cfg.stats)
+    outcome.run.write_text("calibration.md", text)
+    extra = [f"Calibration table kept in {outcome.run.path / 'calibration.md'}"]
+    if write_band is not None:
+        write_band.write_text(band_yaml(floors))
+        extra.append(f"Suggested noise bands written to {write_band}")
+    out = _ran(outcome, *extra)
+    out.stdout = text
+    return out
+
+
+def list_runs(results: Path, *, label: str | None, since: str | None,
+              until: str | None) -> Output:
+    """``abbench ls``: one line per stored run."""
+    with open_index(results) as ix:
+        runs = ix.runs(label=label, since=parse_when(since) if since else None,
+                       until=parse_when(until, end=True) if until else None)
+        problems = ix.run_errors() + ix.problems(r.id for r in runs)
+    out = Output(format_runs(runs))
+    out.warn(problems)
+    return out
+
+
+def report(run_ref: str, results: Path, *, fmt: Format, baseline: str | None) -> Output:
+    """``abbench report``: a stored run's table, computed again from its samples."""
+    problems: list[str] = []
+    table = run_table(open_run(run_ref, results), baseline=baseline, problems=problems)
+    out = Output(render(table, fmt))
+    out.warn(problems)
+    return out
+
+
+def compare(run_a: str, run_b: str, results: Path, *, fmt: Format) -> Output:
+    """``abbench compare``: an arm of one run against an arm of another."""
+    problems: list[str] = []
+    table = compare_table(parse_run_arm(run_a, results), parse_run_arm(run_b, results),
+                          problems=problems)
+    out = Output(render(table, fmt))
+    out.warn(problems + (table.notes if fmt != "md" else []))  # markdown carries notes
+    return out
+
+
+def history(results: Path, *, metrics: list[str] | None, workloads: list[str] | None,
+            labels: list[str] | None, out_path: Path | None, html: Path | None,
+            check: bool, threshold: float, window: int, x: str) -> Output:
+    """``abbench history``: series, a plot, a page, or the regression gate."""
+    limit = threshold / 100
+    with open_index(results) as ix:
+        series = build_series(ix, metrics, workloads, labels)
+        problems = ix.run_errors() + ix.problems()
+        latest = ix.runs()[-1:]
+    out = Output()
+    out.warn(problems)
+    verdict = check_history(series, threshold=limit, window=window) \
+        if check or html is not None else None
+    if out_path is not None:
+        summary = plot_history(series, out_path, x=x, threshold=limit)  # type: ignore[arg-type]
+        out.stderr.append(f"wrote {summary.path}")
+    if html is not None and verdict is not None:
+        tables = [run_table(Run(Path(r.path))) for r in latest if not r.error]
+        page = write_html(series, html, tables=tables, check=verdict, x=x,  # type: ignore[arg-type]
+                          threshold=limit)
+        out.stderr.append(f"wrote {page}")
+    if verdict is not None and check:
+        out.stdout, out.code = format_check(verdict), 1 if verdict.regressions else 0
+    elif out_path is None and html is None:
+        out.stdout = format_series(series)
+    return out
+
+
+def diff(run_ref: str, results: Path, *, set_name: str, arms: list[str], prompt: str | None,
+         round_: int | None, warm: bool, width: int) -> Output:
+    """``abbench diff``: two arms' differing greedy outputs side by side."""
+    run_ = open_run(run_ref, results)
+    return Output(diff_text(run_.records(), run_.meta(), set_name=set_name, arms=arms,
+                            prompt=prompt, pass_="warm" if warm else "cold", round_=round_,
+                            width=width))

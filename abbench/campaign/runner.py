@@ -1,0 +1,387 @@
+"""The campaign: for each slot of the schedule, start the arm's server fresh, run
+the workloads, record every sample the moment it is measured, stop the server.
+
+A failed start or a server that dies marks that (arm, round) failed and the run
+goes on. SIGINT/SIGTERM stop the server in hand, keep every sample, and mark the
+run interrupted (exit 130) with the command that resumes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from abbench import registry
+from abbench.campaign.environment import environment
+from abbench.campaign.progress import Progress, SilentProgress
+from abbench.campaign.until_ci import planned_and_more
+from abbench.collectors.tasks import workload_window
+from abbench.config.plan import plan
+from abbench.config.schema import (
+    Config,
+    ResolvedArm,
+    check_arm,
+    config_for_storage,
+    placeholder_values,
+)
+from abbench.errors import (
+    AbbenchError,
+    ConfigError,
+    Interrupted,
+    RequestError,
+    ServerError,
+    StoreError,
+)
+from abbench.model.rounds import complete_rounds, read_state
+from abbench.model.schedule import Slot
+from abbench.report.compare import table_of
+from abbench.report.formats import render_json
+from abbench.report.markdown import render_markdown
+from abbench.server.interrupts import handle_signals
+from abbench.server.process import Server, start_server
+from abbench.slot import SlotContext, SlotTask
+from abbench.store.run import Run
+from abbench.version import __version__
+from abbench.workload.decode import Client, PromptMaker, load_prompt_text, run_decode
+
+
+@dataclass(frozen=True)
+class Resumption:
+    """An open run and the slots it has left, handed to :meth:`Campaign.execute`."""
+
+    run: Run
+    slots: list[Slot]
+
+
+@dataclass
+class RunOptions:
+    results: Path
+    rounds: int | None = None
+    seed: int | None = None
+    config_path: str | None = None
+
+
+@dataclass
+class Timing:
+    wall_start: float = field(default_factory=time.perf_counter)
+    server_s: float = 0.0  # start-up until ready, and stop
+    requests_s: float = 0.0  # warm-up and measured requests, tokenize included
+    tasks_s: float = 0.0  # quality checks, fingerprints
+    ready_lags_ms: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        wall = time.perf_counter() - self.wall_start
+        accounted = self.server_s + self.requests_s + self.tasks_s
+        return {"wall_s": wall, "server_s": self.server_s, "requests_s": self.requests_s,
+                "tasks_s": self.tasks_s, "overhead_s": max(0.0, wall - accounted),
+                "ready_lag_ms_max": max(self.ready_lags_ms) if self.ready_lags_ms else None}
+
+    @contextlib.contextmanager
+    def count(self, what: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            setattr(self, what, getattr(self, what) + time.perf_counter() - t0)
+
+
+@dataclass
+class RunOutcome:
+    run: Run
+    report_md: str
+    status: str
+    failed_slots: int
+
+
+def config_digest(cfg: Config) -> str:
+    data = json.dumps(config_for_storage(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(data.encode()).hexdigest()[:16]
+
+
+class Campaign:
+    def __init__(self, cfg: Config, opts: RunOptions, *, progress: Progress | None = None,
+                 tasks: list[SlotTask] | None = None):
+        self.cfg = cfg
+        self.opts = opts
+        self.progress = progress or SilentProgress()
+        self.tasks = tasks if tasks is not None else default_tasks(cfg)
+        self.arms = {a.name: a for a in cfg.resolved_arms()}
+        self.stop_event = threading.Event()
+        self.timing = Timing()
+        self.run: Run | None = None
+        self.failed = 0
+
+    # ----------------------------------------------------------- set-up
+    def preflight(self) -> None:
+        """Every check that needs no server: fail with exit 2 before starting any."""
+        for arm in self.arms.values():
+            check_arm(self.cfg, arm, strict_exec=True)
+
+    def create_run(self, schedule: list[Slot], seed: int) -> Run:
+        rounds = self.opts.rounds or self.cfg.rounds
+        meta = {
+            "created": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "status": "running",
+            "abbench": __version__,
+            "config_path": str(Path(self.opts.config_path).resolve()) if self.opts.config_path
+            else None,
+            "config_digest": config_digest(self.cfg),
+            "arms": [{"name": a.name, "label": a.label, "commit": a.commit, "preset": a.preset}
+                     for a in self.arms.values()],
+            "baseline": self.cfg.baseline_name,
+            "rounds": rounds,
+            "reps": self.cfg.reps,
+            "order": self.cfg.order,
+            "seed": seed,
+            "schedule": [[s.round, s.position, s.arm] for s in schedule],
+            "environment": environment(),
+            "servers": {},
+            "pid": os.getpid(),
+        }
+        return Run.create(self.opts.results, meta, config_for_storage(self.cfg))
+
+    # ----------------------------------------------------------- running
+    def execute(self, resume: Resumption | None = None) -> RunOutcome:
+        """Run the schedule (or, resuming, the slots ``resume`` says are left)."""
+        self.preflight()
+        if resume is None:
+            schedule, seed = plan(self.cfg, rounds=self.opts.rounds, seed=self.opts.seed)
+            self.run = run = self.create_run(schedule, seed)
+        else:
+            self.run = run = resume.run
+            schedule = resume.slots
+        self.progress.log(f"run {run.id}: {len(schedule)} server lives, results in {run.path}")
+        status, why = "complete", ""
+        resume_hint = f"resume with: abbench run --resume {run.id} --results {self.opts.results}"
+        with handle_signals(self.stop_event):
+            try:
+                self.progress.start(schedule[-1].index + 1 if schedule else 0)
+                for slot in self.slots(schedule, run.meta()["seed"]):
+                    self.run_slot(slot)
+                self.progress.finish()
+            except Interrupted as e:
+                status, why = "interrupted", e.message
+                self.progress.finish()
+                m = run.meta()
+                decided = self.cfg.stats.until_ci is None or (m.get("until_ci") or {}).get(
+                    "stopped")
+                if decided and not read_state(run.records(), m).unfinished():
+                    # every server life had ended and --until-ci (if on) had stopped
+                    status = "complete"
+                    self.progress.log("interrupted after the last server stopped: the run "
+                                      "is complete")
+            except AbbenchError as e:
+                # Disk full, results folder gone, ...: keep what is written, say how to go on.
+                self.progress.finish()
+                with contextlib.suppress(AbbenchError):
+                    run.update_meta(status="failed", error=str(e), timing=self.timing.as_dict())
+                if isinstance(e, StoreError):
+                    raise AbbenchError(
+                        f"the run stopped: {e.message}; every sample written before is kept "
+                        f"in {run.samples_path}", where=e.where,
+                        hint=f"{e.hint or 'fix the cause'}; then {resume_hint}") from None
+                raise
+        meta = run.update_meta(status=status, finished=_now(), timing=self.timing.as_dict(),
+                               rounds_done=_rounds_done(run))
+        report = self.write_report(meta)
+        if status == "interrupted":
+            raise Interrupted(f"{why}; every sample measured so far is kept in "
+                              f"{run.samples_path}", hint=resume_hint)
+        return RunOutcome(run=run, report_md=report, status=status, failed_slots=self.failed)
+
+    def slots(self, schedule: list[Slot], seed: int) -> Iterator[Slot]:
+        """The planned slots, then the balanced blocks ``--until-ci`` adds."""
+        assert self.run is not None
+        yield from planned_and_more(self.cfg, self.run, schedule, seed, self.progress)
+
+    def write_report(self, meta: dict[str, Any]) -> str:
+        assert self.run is not None
+        table = table_of(self.run.records(), meta)
+        md = render_markdown(table)
+        self.run.write_text("report.md", md)
+        self.run.write_text("report.json", render_json(table))
+        return md
+
+    def record(self, rec: dict[str, Any]) -> None:
+        assert self.run is not None
+        self.run.append(rec)  # shielded from interrupts: never half a line
+
+    def run_slot(self, slot: Slot) -> None:
+        assert self.run is not None
+        arm = self.arms[slot.arm]
+        base = {"slot": slot.index, "arm": slot.arm, "round": slot.round,
+                "position": slot.position}
+        if self.stop_event.is_set():  # a signal came while a server was being stopped
+            raise Interrupted("interrupted")
+        self.progress.slot(slot.index, slot.arm, slot.round, "starting server")
+        t_start = time.time()
+        server: Server | None = None
+        status, reason = "ok", None
+        try:
+            with self.timing.count("server_s"):
+                server = start_server(
+                    arm, round_=slot.round, log_path=self.run.log_path(arm.name, slot.round),
+                    argv_for_port=lambda port: arm.command(
+                        placeholder_values(self.cfg, arm, port=port, round_=slot.round)))
+                ready_s = server.wait_ready(self.stop_event.is_set)
+            if server.ready_noticed_lag is not None:
+                self.timing.ready_lags_ms.append(server.ready_noticed_lag * 1e3)
+            self.progress.log(f"  {arm.name} round {slot.round}: ready in {ready_s:.1f} s "
+                              f"(port {server.port})")
+            self.serve(slot, arm, server, base)
+        except (ServerError, ConfigError) as e:  # ConfigError: the program vanished mid-run
+            status, reason = "failed", e.message
+            self.progress.log(f"  FAILED arm {arm.name}, round {slot.round}: {e}")
+        except _SlotFailed as e:
+            status, reason = "failed", str(e)
+            self.progress.log(f"  FAILED arm {arm.name}, round {slot.round}: {e}")
+        except Interrupted:
+            status, reason = "interrupted", "abbench was interrupted"
+            raise
+        finally:
+            code = None
+            if server is not None:
+                with self.timing.count("server_s"):
+                    code = server.stop()  # shielded: an interrupt waits for the stop
+            if status != "ok":
+                self.failed += status == "failed"
+            slot_rec = {**base, "type": "slot", "status": status, "reason": reason,
+                        "t_start": t_start, "t_end": time.time(), "exit_code": code,
+                        "log": str(self.run.log_path(arm.name, slot.round).relative_to(
+                            self.run.path))}
+            if server is not None and server.ready_at is not None:
+                slot_rec["ready_s"] = server.ready_at - server.started_at
+            if status == "failed" and server is not None:
+                slot_rec["log_tail"] = server.log_tail(10)
+            with contextlib.suppress(StoreError):
+                self.record(slot_rec)
+
+    def serve(self, slot: Slot, arm: ResolvedArm, server: Server, base: dict[str, Any]) -> None:
+        """Everything done with one ready server."""
+        assert self.run is not None
+        client = Client(server.base_url, arm)
+        ctx = SlotContext(self.cfg, arm, slot, server, client, self.run.path,
+                          int(self.run.meta().get("seed") or 0), self.record, self.run.records,
+                          self.stop_event)
+        try:
+            meta = self.run.meta()
+            servers = meta.get("servers", {})
+            if arm.name not in servers:  # what the server says about itself, once per arm
+                with self.timing.count("requests_s"):
+                    props = client.props()
+                if props is not None:
+                    self.run.update_meta(servers={**servers, arm.name: props})
+            for task in self.tasks:
+                if task.cold:
+                    self._task(task, ctx)
+            seed = (meta.get("seed") or 0) * 100003 + slot.index
+            for w_index, workload in enumerate(self.cfg.workloads):
+                prompts = PromptMaker(client, seed=seed * 31 + w_index,
+                                      source_text=load_prompt_text(workload, self.cfg.base_dir))
+                if w_index == 0:
+                    self._warmup(slot, arm, server, client, prompts)
+                for context in workload.contexts:
+                    row = workload.row_name(context)
+                    with workload_window(self.tasks, ctx, row):  # collectors' windows
+                        for rep in range(self.cfg.reps):
+                            self.progress.slot(slot.index, arm.name, slot.round,
+                                               f"{row} rep {rep + 1}/{self.cfg.reps}")
+                            self._one_decode(slot, arm, server, client, prompts, workload,
+                                             context, row, rep, base)
+            for task in self.tasks:
+                if not task.cold:
+                    self._task(task, ctx)
+        finally:
+            client.close()
+
+    def _task(self, task: SlotTask, ctx: SlotContext) -> None:
+        with self.timing.count("tasks_s"):
+            task.run(ctx)
+        if not ctx.server.alive():
+            raise _SlotFailed(f"the server exited during {task.name} "
+                              f"(code {ctx.server.proc.returncode})")
+
+    def _warmup(self, slot: Slot, arm: ResolvedArm, server: Server, client: Client,
+                prompts: PromptMaker) -> None:
+        for _ in range(self.cfg.warmup):
+            self.progress.slot(slot.index, arm.name, slot.round, "warm-up")
+            with self.timing.count("requests_s"):
+                try:
+                    ids, _nonce = prompts.prompt(64)
+                    client.complete(ids, 8, stop_event=self.stop_event)
+                except RequestError as e:
+                    if not server.alive():
+                        raise _SlotFailed(f"the server died during warm-up: {e.message}") \
+                            from None
+
+    def _one_decode(self, slot: Slot, arm: ResolvedArm, server: Server, client: Client,
+                    prompts: PromptMaker, workload: Any, context: int, row: str, rep: int,
+                    base: dict[str, Any]) -> None:
+        t0 = time.time()
+        with self.timing.count("requests_s"):
+            try:
+                out = run_decode(client, prompts, workload, context, self.stop_event)
+                rec = {**base, "type": "sample", "rep": rep, "workload": row,
+                       "context": context, "decode_tokens": workload.decode_tokens,
+                       "t": t0, "valid": out.valid, "status": "ok" if out.valid else "invalid",
+                       "reason": out.reason, "metrics": out.metrics, **out.detail}
+            except RequestError as e:
+                rec = {**base, "type": "sample", "rep": rep, "workload": row,
+                       "context": context, "decode_tokens": workload.decode_tokens,
+                       "t": t0, "valid": False, "status": "failed", "reason": e.message,
+                       "metrics": {}}
+        if self.stop_event.is_set():
+            raise Interrupted("interrupted")
+        self.record(rec)
+        if rec["status"] == "failed":
+            trouble = _server_trouble(server)
+            if trouble:
+                raise _SlotFailed(f"{trouble} ({rec['reason']}); log: {server.log_path}")
+
+
+def default_tasks(cfg: Config) -> list[SlotTask]:
+    """The slot tasks a config asks for: every abbench.tasks provider's, in order."""
+    tasks: list[SlotTask] = []
+    for name in registry.names("abbench.tasks"):
+        tasks += registry.load("abbench.tasks", name)(cfg)
+    return tasks
+
+
+class _SlotFailed(Exception):
+    pass
+
+
+def _now() -> str:
+    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _rounds_done(run: Run) -> int:
+    """Rounds in which every arm finished (the rounds the comparison uses)."""
+    return len(complete_rounds(run.records(), run.meta()))
+
+
+def _server_trouble(server: Server, timeout: float = 5.0) -> str | None:
+    """After a failed request: why this server cannot go on, or None when it can.
+
+    Dead, or alive but not answering its readiness path (hung, e.g. SIGSTOPped).
+    """
+    if not server.alive():
+        return f"the server died (exit code {server.proc.returncode})"
+    try:
+        requests.get(server.base_url + (server.arm.ready.path or "/health"), timeout=timeout)
+    except requests.RequestException:
+        if not server.alive():
+            return f"the server died (exit code {server.proc.returncode})"
+        return f"the server hangs: no answer to GET {server.arm.ready.path} in {timeout:g} s"
+    return None

@@ -1,0 +1,1 @@
+"""The arms file: typed, frozen models, YAML loading with line maps, checks, presets."""

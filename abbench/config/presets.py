@@ -1,0 +1,172 @@
+"""What each server family needs: readiness, tokenize, metrics, cache flush, request fields.
+
+Facts from the servers' sources (../shared/notes/servers.md, checked against the
+public sources of vLLM, SGLang and llama.cpp). Every field can be overridden per
+arm: the common ones by their own key in arms.yaml (``ready.path``,
+``tokenize_path``, ``completions_path``, ``props_path``, ``request_extra``), the
+others under ``preset_fields:`` (``metrics_path``, ``flush_path``,
+``misses_counter``, ...). ``custom`` assumes only an OpenAI-style
+``/v1/completions`` endpoint: give the rest explicitly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from abbench import registry
+from abbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    ready_path: str = "/health"
+    tokenize_path: str | None = None
+    #: how the tokenize endpoint wants its text, and whether it takes add_special
+    tokenize_field: str = "prompt"
+    completions_path: str = "/v1/completions"
+    props_path: str | None = None
+    metrics_path: str | None = "/metrics"
+    #: POST here empties the prefix cache (None: the server has none, or per request)
+    flush_path: str | None = None
+    #: fields every completion request carries to force greedy, exact-length decode
+    request_extra: dict[str, Any] = field(default_factory=dict)
+    #: the id-list prompt gets no BOS from the server: prepend it ourselves
+    prepend_bos: bool = False
+    #: counters by meaning (names as on the wire)
+    metric_names: dict[str, str] = field(default_factory=dict)
+    #: prompt tokens that missed the cache: this counter's delta ...
+    misses_counter: str | None = None
+    #: ... minus this one's (hits subtracted from queries), when set
+    misses_minus_counter: str | None = None
+    #: where a response says how many prompt tokens came from cache (tried in order)
+    cached_tokens_fields: tuple[str, ...] = ()
+    #: server flags without which the metrics above stay empty (for messages)
+    metrics_flags: str = ""
+
+
+LLAMA_CPP = Preset(
+    name="llama.cpp",
+    tokenize_path="/tokenize",
+    tokenize_field="content",
+    props_path="/props",
+    # per request: cache_prompt false; POST /slots/0?action=erase empties the
+    # slot's cache only when the server runs with --slot-save-path
+    flush_path=None,
+    request_extra={"n_predict": None, "cache_prompt": False},
+    prepend_bos=True,
+    metric_names={
+        "prompt_tokens": "llamacpp:prompt_tokens_total",
+        "prompt_tokens_cached": "llamacpp:prompt_tokens_cached_total",
+        "generation_tokens": "llamacpp:tokens_predicted_total",
+        "n_decode": "llamacpp:n_decode_total",
+    },
+    # "Number of prompt tokens processed, excluding cached tokens"
+    misses_counter="llamacpp:prompt_tokens_total",
+    cached_tokens_fields=("timings.cache_n",),
+    metrics_flags="--metrics",
+)
+
+
+VLLM = Preset(
+    name="vllm",
+    tokenize_path="/tokenize",
+    props_path="/v1/models",
+    flush_path="/reset_prefix_cache",  # only with VLLM_SERVER_DEV_MODE=1
+    request_extra={"min_tokens": None},
+    metric_names={
+        "prompt_tokens": "vllm:prompt_tokens_total",
+        "generation_tokens": "vllm:generation_tokens_total",
+        "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+        "prefix_cache_hits": "vllm:prefix_cache_hits_total",
+    },
+    misses_counter="vllm:prefix_cache_queries_total",
+    misses_minus_counter="vllm:prefix_cache_hits_total",
+    # sent only with --enable-prompt-tokens-details, and left out when 0
+    cached_tokens_fields=("usage.prompt_tokens_details.cached_tokens",),
+    metrics_flags="--enable-prompt-tokens-details (for cached_tokens in responses)",
+)
+
+
+SGLANG = Preset(
+    name="sglang",
+    tokenize_path="/v1/tokenize",
+    props_path="/get_server_info",
+    flush_path="/flush_cache",
+    request_extra={"min_tokens": None},
+    metric_names={
+        "prompt_tokens": "sglang:prompt_tokens_total",
+        "generation_tokens": "sglang:generation_tokens_total",
+        "cached_tokens": "sglang:cached_tokens_total",
+    },
+    misses_counter="sglang:prompt_tokens_total",
+    misses_minus_counter="sglang:cached_tokens_total",
+    # OpenAI API: usage... with --enable-cache-report; native /generate: meta_info
+    cached_tokens_fields=("usage.prompt_tokens_details.cached_tokens",
+                          "meta_info.cached_tokens"),
+    metrics_flags="--enable-metrics --enable-cache-report",
+)
+
+
+CUSTOM = Preset(name="custom", metrics_path=None)
+
+#: preset fields that arms.yaml sets under their own keys, not under preset_fields:
+_OWN_KEYS = {"name": "preset", "ready_path": "ready.path", "tokenize_path": "tokenize_path",
+             "completions_path": "completions_path", "props_path": "props_path",
+             "request_extra": "request_extra"}
+
+
+def _fits(default: Any, value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, dict):
+        return isinstance(value, dict)
+    if isinstance(default, tuple):
+        return isinstance(value, (list, tuple, str))
+    return isinstance(value, str)
+
+
+def get_preset(name: str) -> Preset:
+    """The preset registered under ``name`` (abbench.presets entry points)."""
+    if name not in registry.entries("abbench.presets"):
+        raise ConfigError(f"unknown preset {name!r}",
+                          hint=f"use one of: {', '.join(registry.names('abbench.presets'))}")
+    preset = registry.load("abbench.presets", name)
+    if not isinstance(preset, Preset):
+        raise ConfigError(f"the abbench.presets entry {name!r} is not a Preset",
+                          hint="its package must point the entry at a Preset object")
+    return preset
+
+
+def with_overrides(preset: Preset, overrides: Mapping[str, Any] | None, *,
+                   where: str = "preset_fields") -> Preset:
+    """``preset`` with the fields named in ``overrides`` replaced (types checked)."""
+    if not overrides:
+        return preset
+    fields = {f.name: f for f in dataclasses.fields(Preset)}
+    for key, value in overrides.items():
+        if key in _OWN_KEYS:
+            raise ConfigError(f"{key} is set by its own key", where=f"{where}.{key}",
+                              hint=f"use {_OWN_KEYS[key]}: instead")
+        if key not in fields:
+            known = ", ".join(k for k in fields if k not in _OWN_KEYS)
+            raise ConfigError(f"unknown preset field {key!r}", where=f"{where}.{key}",
+                              hint=f"preset fields: {known}")
+        if not _fits(getattr(preset, key), value):
+            raise ConfigError(f"{key} must be like {getattr(preset, key)!r}, got {value!r}",
+                              where=f"{where}.{key}")
+    values: dict[str, Any] = {k: (tuple([v] if isinstance(v, str) else v)
+                  if isinstance(getattr(preset, k), tuple) else v)
+              for k, v in overrides.items()}
+    return dataclasses.replace(preset, **values)
+
+
+def arm_preset(arm: Any) -> Preset:
+    """The preset of a resolved arm, with its ``preset_fields`` applied."""
+    return with_overrides(get_preset(arm.preset), getattr(arm, "preset_fields", None),
+                          where=f"arm {arm.name}: preset_fields")

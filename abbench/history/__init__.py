@@ -1,0 +1,1 @@
+"""History: run listings, metric series and regression checks, plots, HTML, samples."""

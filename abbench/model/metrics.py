@@ -1,0 +1,86 @@
+"""Every metric abbench records: its label, unit, direction and format.
+
+Declared here, in one place, and never registered as an import side effect: a
+stored run renders the same whatever was imported. A metric of the user's own (a
+collector's ``name:``) travels with its records (``spec`` in each record), and
+:func:`catalogue` reads it back from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal
+
+Direction = Literal["higher", "lower"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    label: str
+    unit: str
+    direction: Direction
+    digits: int = 2
+    #: shown as a table row (others appear in report.json and the details)
+    table: bool = True
+    #: a score: the value counts passed items out of this metric's value (per round),
+    #: and the table shows "P/T" with the change in passed items
+    denominator: str | None = None
+
+    def fmt(self, v: float) -> str:
+        return f"{v:.{self.digits}f}"
+
+
+_DECLARED = (
+    # the workload's own, per request
+    MetricSpec("decode_tok_s", "decode", "tok/s", "higher"),
+    MetricSpec("side_call_ms", "side-call latency", "ms", "lower", 1, table=False),
+    MetricSpec("ttft_ms", "TTFT", "ms", "lower", 1, table=False),
+    MetricSpec("prefill_tok_s", "prefill", "tok/s", "higher", 1, table=False),
+    MetricSpec("server_decode_tok_s", "decode (server timings)", "tok/s", "higher", table=False),
+    MetricSpec("server_prefill_tok_s", "prefill (server timings)", "tok/s", "higher", 1,
+               table=False),
+    # collectors
+    MetricSpec("peak_vram_mib", "peak VRAM", "MiB", "lower", 0),
+    MetricSpec("device_vram_mib", "peak device VRAM", "MiB", "lower", 0),
+    MetricSpec("peak_rss_mib", "peak RSS", "MiB", "lower", 0),
+    MetricSpec("misses_per_token", "misses/token", "", "lower", 2),
+    # quality
+    MetricSpec("quality", "quality score", "", "higher", 0, denominator="quality_total"),
+    MetricSpec("quality_total", "quality items", "", "higher", 0, table=False),
+    MetricSpec("quality_command", "quality score (command)", "", "higher", 0,
+               denominator="quality_command_total"),
+    MetricSpec("quality_command_total", "quality items (command)", "", "higher", 0,
+               table=False),
+)
+
+#: the built-in metrics, by name (read-only)
+METRICS: Mapping[str, MetricSpec] = MappingProxyType({s.name: s for s in _DECLARED})
+
+
+def neutral(name: str, label: str | None = None, unit: str = "",
+            direction: str = "higher") -> MetricSpec:
+    """The spec of a metric abbench does not declare (a counter of the user's own)."""
+    return MetricSpec(name, label or name.replace("_", " "), unit,
+                      "lower" if direction == "lower" else "higher")
+
+
+def spec(name: str, known: Mapping[str, MetricSpec] | None = None) -> MetricSpec:
+    """The spec of ``name``: from ``known`` (see :func:`catalogue`), else built-in, else
+    a neutral one."""
+    return (known or METRICS).get(name) or METRICS.get(name) or neutral(name)
+
+
+def catalogue(records: Iterable[Mapping[str, Any]]) -> dict[str, MetricSpec]:
+    """The built-in specs plus those that collector records carry, so that a report
+    rebuilt from a stored run labels a metric of the user's own as the run did."""
+    out = dict(METRICS)
+    for r in records:
+        sp = r.get("spec")
+        if r.get("collector") and isinstance(sp, dict) and sp.get("name") \
+                and sp["name"] not in out:
+            out[sp["name"]] = neutral(str(sp["name"]), sp.get("label"), str(sp.get("unit", "")),
+                                      str(sp.get("direction", "higher")))
+    return out

@@ -1,0 +1,16 @@
+"""A table row's identity, apart from how it is labelled (labels are made in report/)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class RowKey(NamedTuple):
+    """What one workload row measures: the row id stored with each sample (e.g.
+    ``decode 32K + side calls``), its prompt length and decode length, and whether side
+    calls ran beside it. Two workloads of one arms file never share a row id."""
+
+    row: str
+    context: int | None = None
+    decode_tokens: int | None = None
+    side_calls: bool = False

@@ -1,0 +1,1 @@
+"""Quality: suite checks, greedy-output fingerprints."""

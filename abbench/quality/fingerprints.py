@@ -1,0 +1,159 @@
+"""Greedy-output fingerprints of named prompt sets, per arm and round.
+
+A prompt set is decoded at temperature 0 with a fixed ``max_tokens``; its
+fingerprint is the first 16 hex digits of SHA-256 over the outputs in order (each
+output's UTF-8 bytes prefixed by their length, so that no two lists of outputs
+share a byte stream). The cold pass is the first requests after the server starts;
+a warm pass after the workloads is optional. Every output is stored as a
+``fingerprint_output`` record, every pass as a ``fingerprint`` record.
+
+Nonce prompt sets are generated: N prompts, each opening with a random nonce drawn
+from a recorded seed (the run's seed by default), so that no two prompts share a
+cacheable prefix, and every arm and round gets the very same prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from abbench.config.quality import FingerprintConfig, NonceSet, PromptItem, PromptSetRef
+from abbench.config.schema import Config
+from abbench.errors import ConfigError, Interrupted, RequestError
+from abbench.quality.checks import load_item_file
+from abbench.slot import SlotContext, SlotTask
+from abbench.workload.decode import filler_text
+from abbench.workload.greedy import generate
+
+
+def fingerprint(outputs: list[str]) -> str:
+    """First 16 hex digits of SHA-256 over the length-prefixed outputs, in order."""
+    h = hashlib.sha256()
+    for text in outputs:
+        b = text.encode("utf-8")
+        h.update(len(b).to_bytes(8, "big"))
+        h.update(b)
+    return h.hexdigest()[:16]
+
+
+def nonce_prompts(spec: NonceSet, seed: int) -> list[tuple[PromptItem, str]]:
+    """``spec.count`` text prompts, each opening with its own 64-bit nonce."""
+    rng = random.Random(f"abbench-nonce:{seed}")
+    out = []
+    for i in range(spec.count):
+        nonce = f"{rng.getrandbits(64):016x}"
+        text = filler_text(spec.words, seed=rng.getrandbits(32))
+        prompt = f"Note {nonce}. {text[0].upper()}{text[1:]}"
+        out.append((PromptItem(id=f"n{i + 1}", prompt=prompt), nonce))
+    return out
+
+
+@dataclass
+class PromptSet:
+    """A resolved prompt set: its prompts (and nonces, for a generated set)."""
+
+    name: str
+    source: str
+    max_tokens: int
+    items: list[PromptItem]
+    nonces: dict[str, str] = field(default_factory=dict)
+    seed: int | None = None
+
+
+def set_path(cfg: Config, ref: PromptSetRef) -> Path:
+    if ref.path is not None:
+        p = Path(ref.path)
+        return p if p.is_absolute() else cfg.base_dir / p
+    folder = cfg.base_dir / "prompts"
+    for ext in (".yaml", ".yml", ".jsonl"):
+        if (folder / f"{ref.name}{ext}").is_file():
+            return folder / f"{ref.name}{ext}"
+    known = sorted(p.stem for p in folder.glob("*.y*ml")) if folder.is_dir() else []
+    raise ConfigError(f"no prompt set named {ref.name!r} (looked for {folder}/{ref.name}.yaml)",
+                      where="fingerprints.sets",
+                      hint=f"sets there: {', '.join(known)}" if known else
+                      "give a path to a YAML/JSONL file of prompts")
+
+
+class FingerprintTask:
+    """Decodes every prompt set greedily: ``cold`` right after start, else after the
+    workloads (the warm pass)."""
+
+    def __init__(self, cfg: Config, fc: FingerprintConfig, *, cold: bool):
+        self.fc = fc
+        self.cold = cold
+        self.name = "fingerprints (cold)" if cold else "fingerprints (warm)"
+        self.refs = fc.sets
+        self.files = {i: load_item_file(set_path(cfg, r), PromptItem, key="prompts")
+                      for i, r in enumerate(self.refs) if r.nonce is None}
+        names = [r.name or self.files[i].name for i, r in enumerate(self.refs)]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ConfigError(f"prompt set names repeat: {', '.join(dup)}",
+                              where="fingerprints.sets", hint="give each set its own name:")
+
+    def sets(self, run_seed: int) -> list[PromptSet]:
+        out = []
+        for i, ref in enumerate(self.refs):
+            if ref.nonce is not None:
+                assert ref.name is not None
+                seed = ref.nonce.seed if ref.nonce.seed is not None else run_seed
+                made = nonce_prompts(ref.nonce, seed)
+                out.append(PromptSet(ref.name, "nonce", self.fc.max_tokens or 32,
+                                     [p for p, _ in made], {p.id or "": n for p, n in made},
+                                     seed))
+            else:
+                f = self.files[i]
+                out.append(PromptSet(ref.name or f.name, str(f.path),
+                                     self.fc.max_tokens or f.max_tokens or 32, f.items))
+        return out
+
+    def run(self, ctx: SlotContext) -> None:
+        run_seed = ctx.run_seed
+        pass_ = "cold" if self.cold else "warm"
+        base = {"slot": ctx.slot.index, "arm": ctx.arm.name, "round": ctx.slot.round,
+                "position": ctx.slot.position, "pass": pass_}
+        for ps in self.sets(run_seed):
+            texts: list[str] = []
+            errors: list[str] = []
+            t0 = time.time()
+            for i, item in enumerate(ps.items):
+                if ctx.stop_event.is_set():
+                    raise Interrupted("interrupted during the fingerprint prompts")
+                max_tokens = item.max_tokens or ps.max_tokens
+                rec: dict[str, Any] = {**base, "type": "fingerprint_output", "set": ps.name,
+                                       "id": item.id, "index": i, "max_tokens": max_tokens}
+                if item.id in ps.nonces:
+                    rec.update(nonce=ps.nonces[item.id or ""], prompt=item.prompt)
+                try:
+                    g = generate(ctx.client, prompt=item.prompt, messages=item.chat(),
+                                 max_tokens=max_tokens, chat_path=self.fc.chat_path)
+                    rec.update(text=g.text, tokens=g.tokens,
+                               completion_tokens=g.completion_tokens,
+                               finish_reason=g.finish_reason)
+                    texts.append(g.text)
+                except RequestError as e:
+                    rec.update(text=None, error=str(e))
+                    errors.append(f"{item.id}: {e.message}")
+                ctx.record(rec)
+            ctx.record({**base, "type": "fingerprint", "set": ps.name, "source": ps.source,
+                        "t": t0, "prompts": len(ps.items), "max_tokens": ps.max_tokens,
+                        "seed": ps.seed,
+                        "fingerprint": None if errors else fingerprint(texts),
+                        "errors": errors})
+
+
+def fingerprint_tasks(cfg: Config) -> list[SlotTask]:
+    """The cold (and, with ``warm: true``, warm) fingerprint passes ``fingerprints:``
+    asks for (abbench.tasks entry ``fingerprints``)."""
+    fp = cfg.fingerprints
+    if fp is None:
+        return []
+    tasks: list[SlotTask] = [FingerprintTask(cfg, fp, cold=True)]
+    if fp.warm:
+        tasks.append(FingerprintTask(cfg, fp, cold=False))
+    return tasks

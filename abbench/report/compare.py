@@ -1,0 +1,114 @@
+"""Tables of stored runs: one run re-rendered from its samples alone, or one arm of
+a run against an arm of another (rounds paired by index: not interleaved)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from abbench.errors import ConfigError, StoreError
+from abbench.model.rounds import comparable_records
+from abbench.report.formats import render_csv, render_json
+from abbench.report.markdown import render_markdown
+from abbench.report.notes import fault_notes
+from abbench.report.table import Table, build_table
+from abbench.store.run import Run, open_run
+
+Format = Literal["md", "json", "csv"]
+
+RENDERERS = {"md": render_markdown, "json": render_json, "csv": render_csv}
+
+
+def render(table: Table, fmt: Format) -> str:
+    return RENDERERS[fmt](table)
+
+
+def table_of(records: list[dict[str, Any]], meta: dict[str, Any], *,
+             baseline: str | None = None) -> Table:
+    """The table of a run's records, as the run itself renders it: Pinpoint's rule
+    leaves a round with a failed (arm, round) pair out of the comparison whole, and
+    the notes say which pair failed and why."""
+    table = build_table(comparable_records(records, meta), meta, baseline=baseline)
+    table.notes.extend(fault_notes(records, meta))
+    return table
+
+
+def run_table(run: Run, *, baseline: str | None = None,
+              problems: list[str] | None = None) -> Table:
+    """A stored run's table, computed again from its samples."""
+    return table_of(run.records(problems), run.meta(), baseline=baseline)
+
+
+def parse_run_arm(ref: str, results: Path) -> tuple[Run, str | None]:
+    """``RUN`` or ``RUN:ARM`` (a folder path may itself hold a colon)."""
+    try:
+        return open_run(ref, results), None
+    except StoreError:
+        if ":" not in ref:
+            raise
+    run_ref, arm = ref.rsplit(":", 1)
+    return open_run(run_ref, results), arm or None
+
+
+def _pick_arm(meta: dict[str, Any], arm: str | None, where: str) -> dict[str, Any]:
+    arms = [a for a in meta.get("arms") or [] if isinstance(a, dict)]
+    name = arm or meta.get("baseline") or (arms[0]["name"] if arms else None)
+    for a in arms:
+        if a["name"] == name:
+            return a
+    raise ConfigError(f"run {meta.get('id')} has no arm {name!r}", where=where,
+                      hint=f"arms: {', '.join(a['name'] for a in arms)}; write RUN:ARM")
+
+
+def _side(run: Run, arm: dict[str, Any], key: str,
+          problems: list[str] | None) -> list[dict[str, Any]]:
+    """The arm's records renamed to ``key``, its rounds renumbered 0, 1, ... in order."""
+    recs = [r for r in run.records(problems) if r.get("arm") == arm["name"]]
+    rounds = sorted({int(r["round"]) for r in recs if r.get("round") is not None})
+    index = {r: i for i, r in enumerate(rounds)}
+    return [{**r, "arm": key, "round": index[int(r["round"])]} for r in recs
+            if r.get("round") is not None]
+
+
+def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,
+                  problems: list[str] | None = None) -> Table:
+    """Arm ``a`` (baseline) against arm ``b``, each of its own stored run; an omitted
+    arm is that run's baseline. The i-th round of one is paired with the i-th of
+    the other."""
+    (run_a, arm_a), (run_b, arm_b) = a, b
+    meta_a, meta_b = run_a.meta(), run_b.meta()
+    info_a = _pick_arm(meta_a, arm_a, str(run_a.path))
+    info_b = _pick_arm(meta_b, arm_b, str(run_b.path))
+    key_a, key_b = f"{run_a.id}:{info_a['name']}", f"{run_b.id}:{info_b['name']}"
+    if key_a == key_b:
+        raise ConfigError("both sides are the same arm of the same run",
+                          hint="name another run or arm: abbench compare RUN_A[:ARM] "
+                               "RUN_B[:ARM]")
+    same_run = run_a.path.resolve() == run_b.path.resolve()
+    records = _side(run_a, info_a, key_a, problems) + \
+        _side(run_b, info_b, key_b, problems)
+
+    def label(run: Run, info: dict[str, Any]) -> str:
+        text = info.get("label") or info["name"]
+        return text if same_run else f"{text} ({run.id})"
+
+    meta = {"id": f"{run_a.id} vs {run_b.id}", "baseline": key_a,
+            "arms": [{"name": key_a, "label": label(run_a, info_a)},
+                     {"name": key_b, "label": label(run_b, info_b)}]}
+    table = build_table(records, meta)
+    n_a = len({r["round"] for r in records if r["arm"] == key_a})
+    n_b = len({r["round"] for r in records if r["arm"] == key_b})
+    table.header = (f"abbench compare: run `{run_a.id}` arm {info_a['name']} (baseline) "
+                    f"against run `{run_b.id}` arm {info_b['name']}; rounds paired by index "
+                    f"({min(n_a, n_b)} pairs of {n_a} and {n_b} rounds)")
+    if not same_run:
+        table.notes.append("Warning: these arms ran in different runs, not interleaved: "
+                           "drift between the runs (machine load, clocks, temperature, "
+                           "software) counts as a difference. Trust an interleaved run "
+                           "of both arms over this table.")
+        env_a, env_b = meta_a.get("environment") or {}, meta_b.get("environment") or {}
+        for k in ("host", "gpu_summary", "cpu", "driver"):
+            if env_a.get(k) != env_b.get(k):
+                table.notes.append(f"The runs differ in {k}: {env_a.get(k)!r} against "
+                                   f"{env_b.get(k)!r}.")
+    return table

@@ -1,0 +1,149 @@
+"""Lines under the table from what the collectors and the runner recorded:
+unavailable metrics, flushes, sampling periods, drift, side calls, faults."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from abbench.collectors.drift import SIGNALS
+from abbench.model.rounds import read_state
+from abbench.report.text import md_escape
+
+
+def _pct(a: float, b: float) -> float:
+    ref = max(abs(a), abs(b))
+    return 0.0 if ref == 0 else abs(a - b) / ref * 100
+
+
+def drift_report(records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """(detail lines: a table of each signal's per-round mean by arm, warnings)."""
+    drift = [r for r in records if r.get("type") == "drift"]
+    if not drift:
+        return [], []
+    warn_pct = float(drift[0].get("warn_pct", 5.0))
+    by: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in drift:
+        for key, s in (r.get("signals") or {}).items():
+            by[key][r["arm"]][int(r["round"])] = float(s["mean"])
+    arms = list(dict.fromkeys(r["arm"] for r in drift))
+    rounds = sorted({int(r["round"]) for r in drift})
+    lines = ["| signal | arm | " + " | ".join(f"r{n}" for n in rounds) + " |",
+             "|---|---|" + "---|" * len(rounds)]
+    warnings: list[str] = []
+    for key, per_arm in by.items():
+        label, unit = SIGNALS.get(key, (key, ""))
+        head = f"{label} ({unit})" if unit else label
+        for arm in arms:
+            vals = per_arm.get(arm, {})
+            cells = [f"{vals[n]:.1f}" if n in vals else "–" for n in rounds]
+            lines.append(f"| {head} | {arm} | " + " | ".join(cells) + " |")
+        # load follows our own work: only big gaps count
+        tol = max(warn_pct, 25.0) if key in ("cpu_load_1m", "cpu_percent") else warn_pct
+        means = {a: statistics.fmean(v.values()) for a, v in per_arm.items() if v}
+        if len(means) > 1:
+            hi, lo = max(means, key=means.__getitem__), min(means, key=means.__getitem__)
+            gap = _pct(means[hi], means[lo])
+            if gap > tol:
+                warnings.append(f"Warning: {label} differs between arms by {gap:.0f}% "
+                                f"({hi} {means[hi]:.1f} vs {lo} {means[lo]:.1f} {unit}).")
+        per_round = defaultdict(list)
+        for v in per_arm.values():
+            for n, x in v.items():
+                per_round[n].append(x)
+        if len(per_round) > 1:
+            seq = [statistics.fmean(per_round[n]) for n in sorted(per_round)]
+            change = _pct(seq[0], seq[-1])
+            if change > tol:
+                warnings.append(f"Warning: {label} drifted across the run by {change:.0f}% "
+                                f"(first round {seq[0]:.1f}, last {seq[-1]:.1f} {unit}).")
+    return lines, warnings
+
+
+def collector_notes(records: list[dict[str, Any]]) -> list[str]:
+    """Lines for the end of the report: unavailable metrics, sampling periods, drift."""
+    out: list[str] = []
+    why: dict[str, set[str]] = defaultdict(set)
+    periods: set[float] = set()
+    for r in records:
+        if r.get("type") != "sample" or "collector" not in r:
+            continue
+        for metric, reason in (r.get("unavailable") or {}).items():
+            why[metric].add(reason)
+        if r.get("period_ms") is not None and r.get("metrics"):
+            periods.add(float(r["period_ms"]))
+    for metric, reasons in why.items():
+        out.append(f"Unavailable: {metric}: {'; '.join(sorted(reasons))}.")
+    flushes = [r for r in records if r.get("type") == "flush"]
+    failed = [r for r in flushes if not r.get("ok")]
+    if flushes:
+        out.append(f"Cache flushes: {len(flushes) - len(failed)} of {len(flushes)} succeeded"
+                   + (f" (failed: {failed[0].get('reason')})." if failed else "."))
+    if periods:
+        out.append("Memory peaks: sampled every " + ", ".join(f"{p:g}" for p in
+                   sorted(periods)) + " ms over the server's whole process tree; spikes "
+                   "shorter than that can be missed.")
+    lines, warnings = drift_report(records)
+    out.extend(warnings)
+    if lines:
+        out += ["", "<details><summary>Drift signals (mean per server life)</summary>", "",
+                *lines, "", "</details>"]
+    return out
+
+
+def side_call_notes(records: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    """Side calls against a server with one slot queue behind the long decode: they
+    measure the wait, not concurrent service. Said for every arm whose server says so
+    (llama.cpp's /props ``total_slots``)."""
+    with_side = {r["arm"] for r in records
+                 if r.get("type") == "sample" and "side_call_ms" in (r.get("metrics") or {})}
+    out = []
+    for arm in sorted(with_side):
+        slots = ((meta.get("servers") or {}).get(arm) or {}).get("total_slots")
+        if slots == 1:
+            out.append(f"Warning: arm {arm}'s server has one slot (/props total_slots = 1): "
+                       "its side calls waited for the long decode to end; start it with -np 2 "
+                       "or more to serve them alongside.")
+    return out
+
+
+def fault_notes(records: list[dict[str, Any]], meta: dict[str, Any],
+                max_samples: int = 10) -> list[str]:
+    """Report lines: rounds left out and why, unfinished pairs, invalid samples."""
+    state = read_state(records, meta)
+    notes: list[str] = []
+    for r in state.failed_rounds():
+        why = "; ".join(f"arm {md_escape(a)} failed: {md_escape(reason)}"
+                        for (a, rr), reason in sorted(state.failed.items())
+                        if rr == r and (a, rr) not in state.ok)
+        again = (f" It was run again as round {state.reruns[r]}." if r in state.reruns else
+                 " `abbench run --resume` runs it again.")
+        notes.append(f"Round {r} is left out of the comparison (its pair failed: {why})."
+                     f"{again}")
+    left = state.unfinished()
+    if left:
+        pairs = ", ".join(f"{md_escape(s.arm)}/round {s.round}" for s in left[:12])
+        more = f" and {len(left) - 12} more" if len(left) > 12 else ""
+        notes.append(f"Not run yet (interrupted): {pairs}{more}; "
+                     "`abbench run --resume` finishes them.")
+    bad = [rec for rec in records if rec.get("type") == "sample" and not rec.get("valid")]
+    for rec in bad[:max_samples]:
+        notes.append(f"Sample {rec.get('status', 'invalid')}: arm {md_escape(rec['arm'])}, "
+                     f"round {rec['round']}, {md_escape(rec.get('workload', '?'))} rep "
+                     f"{rec.get('rep', 0)}: {md_escape(rec.get('reason') or 'no reason')}.")
+    if len(bad) > max_samples:
+        notes.append(f"... and {len(bad) - max_samples} more invalid samples "
+                     "(samples.jsonl has each reason).")
+    return notes
+
+
+def run_notes(meta: Mapping[str, Any]) -> list[str]:
+    """Lines under the report about how the number of rounds was decided."""
+    seq = meta.get("until_ci")
+    if not seq:
+        return []
+    looks = ", ".join(str(lk["rounds"]) for lk in seq.get("looks", []))
+    return [f"Rounds: --until-ci {seq['target'] * 100:g}% (max {seq['max_rounds']} rounds, "
+            f"looks after rounds {looks or '–'}); stopped: {seq.get('stopped') or 'not yet'}."]

@@ -1,0 +1,66 @@
+"""What a run would do, in words: printed by ``abbench validate``."""
+
+from __future__ import annotations
+
+from abbench.config.schema import Config, check_arm, config_secret_values, format_context, scrub
+from abbench.model.schedule import Slot, position_counts
+
+
+def describe_plan(cfg: Config, schedule: list[Slot], seed: int, *,
+                  rounds: int | None = None) -> str:
+    """The plan ``abbench validate`` prints: arms, rounds and order, workloads."""
+    n_rounds = rounds or cfg.rounds
+    lines = [f"{cfg.source}: OK"]
+    warnings: list[str] = []
+    lines.append("arms:")
+    for arm in cfg.resolved_arms():
+        warnings += check_arm(cfg, arm, strict_exec=False)
+        base = " (baseline)" if arm.name == cfg.baseline_name else ""
+        lines.append(f"  {arm.name}{base}: label {arm.label!r}, preset {arm.preset}, "
+                     f"port {arm.port}, ready {arm.ready.path} within {arm.ready.timeout:g} s")
+        lines.append(f"    start: {scrub(' '.join(arm.argv), config_secret_values(cfg))}")
+    seed_s = f", seed {seed}" if cfg.order == "interleaved" else ""
+    lines.append(f"rounds: {n_rounds} x {cfg.reps} rep(s), order {cfg.order}{seed_s}, "
+                 f"{cfg.warmup} warm-up request(s) after each start")
+    lines.append("order:")
+    by_round: dict[int, list[str]] = {}
+    for s in schedule:
+        by_round.setdefault(s.round, []).append(s.arm)
+    if cfg.order == "sequential":
+        lines.append("  " + " ".join(s.arm for s in schedule))
+    else:
+        for r, arms in by_round.items():
+            lines.append(f"  round {r}: {' '.join(arms)}")
+    counts = position_counts(schedule, cfg.arm_names)
+    lines.append("positions (times first, second, ...): " + "; ".join(
+        f"{a} {c}" for a, c in counts.items()))
+    lines.append("workloads:")
+    per_life = 0
+    for w in cfg.workloads:
+        ctx = ", ".join(format_context(c) for c in w.contexts)
+        side = ""
+        if w.side_calls:
+            sc = w.side_calls
+            side = (f", side calls: {sc.count} x ({sc.prompt_tokens} prompt + {sc.max_tokens} "
+                    f"decode tokens, {sc.concurrency} at a time)")
+        lines.append(f"  {w.title}: contexts {ctx}, {w.decode_tokens} decode tokens{side}")
+        per_life += len(w.contexts) * cfg.reps * (1 + (w.side_calls.count if w.side_calls else 0))
+    if cfg.collectors:
+        lines.append("collectors: " + ", ".join(c.kind for c in cfg.collectors))
+    if cfg.quality:
+        q = cfg.quality
+        what = ", ".join(x for x in (q.suite and f"suite {q.suite}",
+                                     q.command and f"command {q.command!r}") if x)
+        lines.append(f"quality: {what}; rounds 0, {q.every}, {2 * q.every}, ...")
+    if cfg.fingerprints:
+        f = cfg.fingerprints
+        sets = ", ".join(r.name or str(r.path) for r in f.sets)
+        warm = " and a warm pass" if f.warm else ""
+        tokens = f.max_tokens or "the set file's (or 32)"
+        lines.append(f"fingerprints: {sets}; cold pass after each start{warm}, "
+                     f"{tokens} tokens per prompt")
+    total = per_life + cfg.warmup
+    lines.append(f"workload requests: {total} per server life ({cfg.warmup} warm-up), "
+                 f"{total * len(schedule)} in all over {len(schedule)} server lives")
+    lines += [f"warning: {w}" for w in warnings]
+    return "\n".join(lines)

@@ -1,0 +1,331 @@
+"""Server lifecycle: start an arm's server, wait until ready, stop it, always.
+
+Each server runs in its own process group (session). Three layers make sure no
+server outlives abbench:
+
+1. :meth:`Server.stop` (SIGTERM to the group, SIGKILL after the grace period),
+   called from ``finally`` blocks and from the signal handlers of the runner;
+2. ``PR_SET_PDEATHSIG``: the kernel sends SIGKILL to the server's direct child
+   when abbench dies, even by SIGKILL;
+3. a reaper process per server (``python -m abbench.server.reaper``) holding a pipe
+   from abbench, on which the server's own process writes its group id before it
+   execs: when the pipe closes without a ``done`` line (abbench died, even right
+   after the fork), it kills the whole group, grandchildren included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import requests
+
+from abbench.config.schema import ResolvedArm, scrub, secret_values
+from abbench.errors import AbbenchError, ConfigError, Interrupted, ServerError, StoreError
+from abbench.server.interrupts import shielded
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _pdeathsig(parent: int, reaper_fd: int | None = None) -> Callable[[], None]:
+    def set_it() -> None:  # runs in the child between fork and exec (after setsid)
+        if reaper_fd is not None:
+            # The child tells the reaper its group id itself, before it can run anything:
+            # were abbench killed right after the fork, the reaper still knows what to kill.
+            with contextlib.suppress(OSError):
+                os.write(reaper_fd, f"{os.getpid()}\n".encode())
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except OSError:
+            pass
+        if os.getppid() != parent:  # abbench died before prctl: no signal will come
+            os.kill(os.getpid(), signal.SIGKILL)
+    return set_it
+
+
+def free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when another process listens on (host, port).
+
+    SO_REUSEADDR, as servers set it: a TIME_WAIT left by the previous round's server
+    on a fixed port is no conflict, a live listener is.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def tail(path: Path, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+@dataclass
+class Server:
+    """A started server: its process group, address, log file and timing."""
+
+    arm: ResolvedArm
+    round: int
+    port: int
+    log_path: Path
+    proc: subprocess.Popen[bytes]
+    reaper: subprocess.Popen[bytes] | None
+    started_at: float
+    started_wall: float = field(default_factory=time.time)
+    ready_at: float | None = None
+    ready_noticed_lag: float | None = None
+    stopped: bool = False
+    _log_file: object = field(default=None, repr=False)
+
+    @property
+    def host(self) -> str:
+        return self.arm.host
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.arm.host}]" if ":" in self.arm.host else self.arm.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def where(self) -> str:
+        return f"arm {self.arm.name}, round {self.round}"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 20) -> str:
+        return tail(self.log_path, lines)
+
+    def wait_ready(self, should_stop: Callable[[], bool] = lambda: False) -> float:
+        """Poll the readiness path until 200; return seconds from start to ready."""
+        ready = self.arm.ready
+        url = self.base_url + (ready.path or "/health")
+        deadline = self.started_at + ready.timeout
+        session = requests.Session()
+        t_prev_ask: float | None = None
+        try:
+            while True:
+                if should_stop():
+                    raise Interrupted("interrupted while waiting for the server")
+                code = self.proc.poll()
+                if code is not None:
+                    raise ServerError(
+                        f"the server exited with code {code} before it was ready",
+                        where=self.where, log_tail=self.log_tail(),
+                        hint=f"full log: {self.log_path}; run the start command by hand to "
+                             "see why")
+                t_ask = time.perf_counter()
+                try:
+                    r = session.get(url, timeout=max(ready.interval * 20, 1.0))
+                    if r.status_code == 200:
+                        now = time.perf_counter()  # before the check below, which takes ms
+                        stray = foreign_listener(self.port, self.started_wall, self.proc.pid)
+                        if stray is not None:
+                            raise ServerError(
+                                f"port {self.port} answered, but from {stray}, not from this "
+                                "arm's server", where=self.where, log_tail=self.log_tail(),
+                                hint="stop that process (a server left from another run?); "
+                                     "abbench measures nothing it did not start")
+                        self.ready_at = now
+                        # The server became ready after the previous (failed) poll was
+                        # sent: an upper bound of how late we noticed.
+                        self.ready_noticed_lag = now - (t_prev_ask or t_ask)
+                        return now - self.started_at
+                except requests.RequestException:
+                    pass
+                t_prev_ask = t_ask
+                if time.perf_counter() > deadline:
+                    raise ServerError(
+                        f"the server was not ready after {ready.timeout:g} s "
+                        f"(GET {ready.path} never answered 200)", where=self.where,
+                        log_tail=self.log_tail(),
+                        hint="raise ready.timeout for slow starts (vLLM/SGLang compile for "
+                             f"minutes), or check ready.path; log: {self.log_path}")
+                time.sleep(ready.interval)
+        finally:
+            session.close()
+
+    def stop(self) -> int | None:
+        """SIGTERM the process group, SIGKILL after the grace period. Idempotent.
+
+        Shielded: a Ctrl-C cannot cut a stop short and leave the server running.
+        """
+        if self.stopped:
+            return self.proc.returncode
+        with shielded(raise_pending=False):
+            return self._stop()
+
+    def _stop(self) -> int | None:
+        self.stopped = True
+        try:
+            pgid = self.proc.pid  # start_new_session: pgid == pid
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGCONT)  # a SIGSTOPped server must see TERM
+                os.killpg(pgid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=self.arm.stop_grace)
+            # Whatever is left of the group (children that ignored TERM) gets KILL.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        finally:
+            _release_reaper(self.reaper)
+            if self._log_file is not None:
+                with contextlib.suppress(OSError):
+                    self._log_file.close()  # type: ignore[attr-defined]
+        return self.proc.returncode
+
+
+def foreign_listener(port: int, since: float, own_pgid: int) -> str | None:
+    """Another process that listens on ``port`` and started before our server did (a
+    stray server that took the port first), described; None when the port is held by
+    the server's own process group, by something it started (docker-proxy, say), or
+    when the system does not tell who holds it."""
+    try:
+        import psutil
+
+        conns = psutil.net_connections(kind="tcp")
+    except Exception:  # AccessDenied on some systems, no psutil: cannot tell
+        return None
+    held = [c.pid for c in conns
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    pids = {p for p in held if p is not None}
+    if not pids or len(pids) < len(set(held)):  # nobody, or someone we may not see
+        return None
+    strays = []
+    for pid in pids:
+        try:
+            if os.getpgid(pid) == own_pgid:
+                return None
+            proc = psutil.Process(pid)
+            if proc.create_time() < since - 0.5:
+                strays.append(f"pid {pid} ({proc.name()})")
+        except (psutil.Error, OSError):
+            continue
+    return ", ".join(strays) or None
+
+
+def start_server(arm: ResolvedArm, *, round_: int, log_path: Path, argv_for_port:
+                 Callable[[int], list[str]], env_extra: dict[str, str] | None = None) -> Server:
+    """Start ``arm``'s server for one round; the caller must ``stop()`` it."""
+    if arm.port == "auto":
+        port = free_port(arm.host)
+    else:
+        port = int(arm.port)
+        if port_in_use(arm.host, port):
+            raise ServerError(f"port {port} on {arm.host} is already in use by another process",
+                              where=f"arm {arm.name}, round {round_}",
+                              hint="stop that process, or set port: auto so abbench picks a "
+                                   "free port")
+    argv = argv_for_port(port)
+    env = dict(os.environ)
+    env.update(arm.env)
+    env.update(ABBENCH_PORT=str(port), ABBENCH_HOST=arm.host, ABBENCH_ARM=arm.name,
+               ABBENCH_ROUND=str(round_))
+    if env_extra:
+        env.update(env_extra)
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = open(log_path, "ab")  # noqa: SIM115 - closed by Server.stop
+        shown = scrub(" ".join(argv), secret_values(arm.env, os.environ))
+        log_file.write(f"# abbench: {shown}\n".encode())
+        log_file.flush()
+    except OSError as e:
+        raise StoreError(f"cannot write the server log: {e.strerror or e}", where=str(log_path),
+                         hint="free disk space or fix permissions of the results directory, "
+                              "then resume the run") from None
+    # Shielded from here until the Server exists: an interrupt now would leave a
+    # started server that no one stops (it then raises at the next stop-flag check).
+    with shielded(raise_pending=False):
+        return _spawn(arm, round_, port, argv, env, log_path, log_file)
+
+
+def _spawn(arm: ResolvedArm, round_: int, port: int, argv: list[str], env: dict[str, str],
+           log_path: Path, log_file: BinaryIO) -> Server:
+    # The reaper starts first; the server's child process writes its group id to the
+    # reaper before exec: there is no moment in which the server runs without a watchdog.
+    reaper = _start_reaper()
+    reaper_fd = reaper.stdin.fileno() if reaper is not None and reaper.stdin else None
+    try:
+        proc = subprocess.Popen(
+            argv, cwd=arm.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
+            stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_pdeathsig(os.getpid(), reaper_fd),
+        )
+    except OSError as e:
+        _release_reaper(reaper)
+        log_file.close()
+        raise _popen_error(e, arm, round_, argv) from None
+    started = time.perf_counter()
+    return Server(arm=arm, round=round_, port=port, log_path=log_path, proc=proc, reaper=reaper,
+                  started_at=started, _log_file=log_file)
+
+
+def _popen_error(e: OSError, arm: ResolvedArm, round_: int, argv: list[str]) -> AbbenchError:
+    if isinstance(e, FileNotFoundError):
+        return ConfigError(f"program {argv[0]!r} not found", where=f"arm {arm.name}: start[0]",
+                           hint="install it or give its full path")
+    if isinstance(e, PermissionError):
+        return ConfigError(f"program {argv[0]!r} is not executable",
+                           where=f"arm {arm.name}: start[0]",
+                           hint=f"chmod +x {argv[0]}, or fix the path")
+    return ServerError(f"could not start {argv[0]!r}: {e}", where=f"arm {arm.name}, "
+                       f"round {round_}")
+
+
+def _start_reaper() -> subprocess.Popen[bytes] | None:
+    """``python -m abbench.server.reaper``; its first input line will be the server's pgid."""
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "abbench.server.reaper"], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+    except OSError:
+        return None
+
+
+def _release_reaper(reaper: subprocess.Popen[bytes] | None) -> None:
+    """Tell a reaper its server is gone (or never started) and let it exit."""
+    if reaper is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        assert reaper.stdin is not None
+        reaper.stdin.write(b"done\n")
+        reaper.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        reaper.wait(timeout=5)
+

@@ -1,0 +1,38 @@
+"""Watchdog for one server's process group: ``python -m abbench.server.reaper``.
+
+abbench starts it before the server; the server's process, between fork and exec,
+writes its process group id as the first line of the reaper's stdin, and abbench
+keeps stdin open. A ``done`` line means the server was stopped normally. End of
+input without it means abbench died (even by SIGKILL): the reaper then kills the
+whole group, so no server outlives abbench.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is abbench's to handle
+    first = sys.stdin.buffer.readline()  # the server's pgid, once it is started
+    try:
+        pgid = int(first)
+    except ValueError:
+        return 0  # no server started (or abbench died before it did)
+    data = sys.stdin.buffer.read()  # returns at EOF: abbench closed us or died
+    if b"done" in data:
+        return 0
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGCONT)  # a stopped (SIGSTOP) server must see the TERM
+        os.killpg(pgid, signal.SIGTERM)
+        time.sleep(2.0)
+        os.killpg(pgid, signal.SIGKILL)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

@@ -1,0 +1,53 @@
+"""What one server life offers the steps that run inside it.
+
+A :class:`SlotTask` (a collector's window, a quality check, the fingerprint pass)
+sees a :class:`SlotContext`: the live server and its client, and where to record.
+It sits below collectors and quality and above server and workload, so neither
+side needs the campaign that drives them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from abbench.config.schema import Config, ResolvedArm
+from abbench.model.schedule import Slot
+from abbench.server.process import Server
+from abbench.workload.decode import Client
+
+
+@dataclass
+class SlotContext:
+    """What a slot task sees: the live server, its client, where to record."""
+
+    cfg: Config
+    arm: ResolvedArm
+    slot: Slot
+    server: Server
+    client: Client
+    #: the run folder (quality commands keep their output under it)
+    run_dir: Path
+    #: the run's order seed (nonce prompt sets derive theirs from it)
+    run_seed: int
+    #: append one record to samples.jsonl (flushed before it returns)
+    record: Callable[[dict[str, Any]], None]
+    #: every record stored so far
+    records: Callable[[], list[dict[str, Any]]]
+    stop_event: threading.Event
+
+
+class SlotTask(Protocol):
+    """An extra step in every server life (quality checks, fingerprints, collectors).
+
+    ``cold`` tasks run right after the server is ready, before warm-up; the others
+    after the workloads. Time spent in ``run`` counts as measurement, not overhead.
+    """
+
+    name: str
+    cold: bool
+
+    def run(self, ctx: SlotContext) -> None: ...

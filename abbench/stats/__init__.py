@@ -1,0 +1,1 @@
+"""Statistics: paired intervals and verdicts, McNemar, regression steps, stopping rules."""

@@ -1,0 +1,372 @@
+"""Verdicts that can be trusted: an arm against the baseline, paired by round.
+
+Pure functions: arrays in, result objects out; rendering is separate (the
+``render_*``, ``legend_lines`` and ``details_lines`` helpers at the end).
+
+For each round both arms ran, d = ln(arm / baseline) (reps already averaged
+within the round). The change is exp(mean d) - 1 with a t interval; the
+Wilcoxon signed-rank test with its Hodges–Lehmann estimate and exact interval is
+the distribution-free cross-check, and replaces the t-test when d has outliers.
+Verdicts (criterion.rs, Pinpoint):
+
+- ``changed``: p (Holm-adjusted across the table) < alpha AND the whole
+  interval lies outside the noise band;
+- ``within_noise``: the whole interval lies inside the band;
+- ``inconclusive``: neither (more rounds needed);
+- ``too_few_rounds``: with n rounds no distribution-free test can reach alpha
+  (the exact signed-rank test's smallest two-sided p is 2/2^n, as asv checks).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+from scipy import stats as sps
+
+from abbench.config.stats import StatsConfig
+from abbench.model.metrics import MetricSpec
+
+Verdict = Literal["changed", "within_noise", "inconclusive", "too_few_rounds"]
+VERDICTS: tuple[Verdict, ...] = ("changed", "within_noise", "inconclusive", "too_few_rounds")
+
+#: modified z-score above which a value is flagged as an outlier (Iglewicz–Hoaglin)
+OUTLIER_Z = 3.5
+#: coefficient of variation within an arm above which the report warns (pyperf)
+CV_WARN = 0.10
+
+# ------------------------------------------------------------------ pure statistics
+
+
+def log_ratios(base: Mapping[int, float], arm: Mapping[int, float]) -> tuple[list[int], np.ndarray]:
+    """Rounds both arms have, and d = ln(arm / base) for each."""
+    rounds = sorted(set(base) & set(arm))
+    return rounds, np.log(np.array([arm[r] for r in rounds], dtype=float)
+                          / np.array([base[r] for r in rounds], dtype=float))
+
+
+@dataclass(frozen=True)
+class TResult:
+    mean: float
+    sd: float
+    lo: float
+    hi: float
+    p: float
+
+
+def t_interval(d: Sequence[float] | np.ndarray, alpha: float = 0.05) -> TResult:
+    """One-sample t on the log-ratios (= paired t on the logs): mean, sd, interval, p."""
+    x = np.asarray(d, dtype=float)
+    n = x.size
+    mean = float(x.mean())
+    sd = float(x.std(ddof=1)) if n > 1 else math.nan
+    if n < 2:
+        return TResult(mean, sd, -math.inf, math.inf, 1.0)
+    if sd == 0.0:
+        return TResult(mean, 0.0, mean, mean, 1.0 if mean == 0 else 0.0)
+    se = sd / math.sqrt(n)
+    half = float(sps.t.ppf(1 - alpha / 2, n - 1)) * se
+    p = float(2 * sps.t.sf(abs(mean) / se, n - 1))  # = scipy.stats.ttest_1samp(x, 0)
+    return TResult(mean, sd, mean - half, mean + half, p)
+
+
+@functools.lru_cache(maxsize=256)
+def signed_rank_null(n: int) -> np.ndarray:
+    """P(T+ = k), k = 0 .. n(n+1)/2, for the exact signed-rank statistic without ties."""
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1.0
+    for r in range(1, n + 1):
+        shifted = np.zeros_like(counts)
+        shifted[r:] = counts[:-r]
+        counts = counts + shifted
+    out = counts / 2.0**n
+    out.flags.writeable = False
+    return out
+
+
+def smallest_p(n: int) -> float:
+    """The smallest two-sided p the exact signed-rank test can give with n pairs."""
+    return 1.0 if n < 1 else min(1.0, 2.0 ** (1 - n))
+
+
+@dataclass(frozen=True)
+class WilcoxonResult:
+    hl: float
+    lo: float
+    hi: float
+    p: float
+
+
+def wilcoxon_hl(d: Sequence[float] | np.ndarray, alpha: float = 0.05) -> WilcoxonResult:
+    """Wilcoxon signed-rank p (scipy) with the Hodges–Lehmann estimate and its exact
+    distribution-free interval from the Walsh averages (infinite when n is too small)."""
+    x = np.asarray(d, dtype=float)
+    n = x.size
+    i, j = np.triu_indices(n)
+    walsh = np.sort((x[i] + x[j]) / 2)
+    hl = float(np.median(walsh))
+    if n < 1 or np.all(x == 0):
+        return WilcoxonResult(hl, -math.inf, math.inf, 1.0)
+    cdf = np.cumsum(signed_rank_null(n))
+    # c = the largest k with P(T+ <= k) <= alpha/2; interval [W(c+1), W(M-c)] (1-based)
+    ok = np.nonzero(cdf <= alpha / 2 + 1e-12)[0]
+    if ok.size == 0:
+        lo, hi = -math.inf, math.inf
+    else:
+        c = int(ok[-1])
+        lo, hi = float(walsh[c]), float(walsh[walsh.size - 1 - c])
+    return WilcoxonResult(hl, lo, hi, wilcoxon_p(x))
+
+
+def wilcoxon_p(x: np.ndarray) -> float:
+    """Two-sided signed-rank p: exact from :func:`signed_rank_null` when there are no
+    zeros or tied |d| (the same number as ``scipy.stats.wilcoxon(x, method="exact")``,
+    a fifth of the cost), else scipy's own (normal approximation with tie correction)."""
+    n = x.size
+    if n < 2:
+        return 1.0
+    a = np.abs(x)
+    if n > 50 or np.any(a == 0) or np.unique(a).size < n:
+        return float(sps.wilcoxon(x).pvalue)
+    ranks = np.empty(n)
+    ranks[np.argsort(a)] = np.arange(1, n + 1)
+    t_plus = int(ranks[x > 0].sum())
+    null = signed_rank_null(n)
+    return float(min(1.0, 2 * min(null[: t_plus + 1].sum(), null[t_plus:].sum())))
+
+
+def modified_z(x: Sequence[float] | np.ndarray) -> np.ndarray:
+    """0.6745 (x - median) / MAD; zeros when the MAD is zero."""
+    a = np.asarray(x, dtype=float)
+    if a.size == 0:
+        return a
+    med = np.median(a)
+    mad = np.median(np.abs(a - med))
+    if mad == 0:
+        return np.zeros_like(a)
+    return 0.6745 * (a - med) / mad
+
+
+def outlier_rounds(rounds: Sequence[int], values: Sequence[float], *, floor: float = 0.0,
+                   relative: bool = False) -> list[int]:
+    """Rounds whose value's modified z-score passes :data:`OUTLIER_Z` (flagged, kept);
+    none below 5 values, where a median and MAD say little.
+
+    ``floor``: a value must also lie farther than this from the median (a fraction of
+    the median with ``relative``): when rounds agree to 0.05%, a MAD-based z calls a
+    0.1% wobble an outlier, which says nothing about the comparison.
+    """
+    if len(values) < 5:
+        return []
+    a = np.asarray(values, dtype=float)
+    z = modified_z(a)
+    dev = np.abs(a - np.median(a))
+    if relative and np.median(a) != 0:
+        dev = dev / abs(np.median(a))
+    return [r for r, zi, dv in zip(rounds, z, dev, strict=True)
+            if abs(zi) > OUTLIER_Z and dv > floor]
+
+
+def cv(values: Sequence[float]) -> float:
+    a = np.asarray(values, dtype=float)
+    if a.size < 2 or a.mean() == 0:
+        return 0.0
+    return float(a.std(ddof=1) / abs(a.mean()))
+
+
+def drift(rounds: Sequence[int], values: Sequence[float]) -> float | None:
+    """Change across the run of a least-squares line of ln(value) against the round
+    index, as a fraction (exp(slope x span) - 1); None below 3 rounds."""
+    if len(values) < 3 or min(values) <= 0 or len(set(rounds)) < 2:
+        return None
+    slope = np.polyfit(np.asarray(rounds, float), np.log(np.asarray(values, float)), 1)[0]
+    return math.expm1(float(slope) * (max(rounds) - min(rounds)))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm step-down adjusted p-values, in the input order."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda k: pvalues[k])
+    out = [0.0] * m
+    running = 0.0
+    for rank, k in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[k]))
+        out[k] = running
+    return out
+
+
+def rounds_needed(sigma: float, delta: float, *, alpha: float = 0.05, power: float = 0.8,
+                  max_n: int = 100000) -> int | None:
+    """Smallest n with (t_{1-alpha/2,n-1} + t_{power,n-1}) sigma / sqrt(n) <= delta: the
+    t-corrected form of n = ((z_{1-alpha/2} + z_power) sigma / delta)^2 (2.8 at 5%/80%)."""
+    if delta <= 0:
+        return None
+    if sigma <= 0:
+        return 2
+    n = 2
+    while n <= max_n:
+        k = sps.t.ppf(1 - alpha / 2, n - 1) + sps.t.ppf(power, n - 1)
+        if k * sigma / math.sqrt(n) <= delta:
+            return n
+        n += 1
+    return None
+
+
+# ------------------------------------------------------------------ comparison
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """An arm against the baseline over the rounds both ran. Changes are fractions
+    (0.028 = +2.8%); ``lo``/``hi`` are the interval of the test that gave ``p``."""
+
+    n: int
+    verdict: Verdict
+    change: float | None
+    lo: float | None
+    hi: float | None
+    #: half-width of the t interval on the log scale (what --until-ci compares)
+    half_width: float | None
+    p: float | None
+    p_raw: float | None
+    test: str
+    alpha: float
+    noise_band: float
+    #: "better" / "worse" by the metric's direction when changed, else None
+    better: bool | None
+    sd_log: float | None
+    t_p: float | None
+    t_lo: float | None
+    t_hi: float | None
+    wilcoxon_p: float | None
+    hl: float | None
+    hl_lo: float | None
+    hl_hi: float | None
+    smallest_p: float
+    comparisons: int
+    outliers: dict[str, list[int]]
+    cv: dict[str, float]
+    drift: dict[str, float | None]
+    warnings: tuple[str, ...]
+
+    @property
+    def mark(self) -> str:
+        return {"changed": "▲" if self.better else "▼", "within_noise": "≈",
+                "inconclusive": "?", "too_few_rounds": ""}[self.verdict]
+
+
+def _frac(x: float) -> float:
+    return math.expm1(x) if math.isfinite(x) else x
+
+
+def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: str = "higher",
+            alpha: float = 0.05, noise_band: float = 0.01, base_name: str = "baseline",
+            arm_name: str = "arm") -> Comparison | None:
+    """The paired comparison of one cell (before Holm; :func:`compare_rows` adjusts)."""
+    rounds, d = log_ratios(base, arm) if base and arm else ([], np.array([]))
+    warnings: list[str] = []
+    outl: dict[str, list[int]] = {}
+    cvs: dict[str, float] = {}
+    drifts: dict[str, float | None] = {}
+    for name, vals in ((base_name, base), (arm_name, arm)):
+        rs = sorted(vals)
+        v = [vals[r] for r in rs]
+        outl[name] = outlier_rounds(rs, v, floor=noise_band / 4, relative=True)
+        cvs[name] = cv(v)
+        drifts[name] = drift(rs, v)
+        if cvs[name] > CV_WARN:
+            warnings.append(f"{name}: CV {cvs[name] * 100:.1f}% > {CV_WARN * 100:.0f}%")
+    n = len(rounds)
+    if n == 0:
+        return None
+    if not np.all(np.isfinite(d)):  # a value <= 0 (a count of 0): no ratio to compare
+        return None
+    outl["d"] = outlier_rounds(rounds, list(d), floor=math.log1p(noise_band) / 4)
+    t = t_interval(d, alpha)
+    w = wilcoxon_hl(d, alpha)
+    robust = bool(outl["d"]) and n >= 6  # outliers in d: Wilcoxon/HL decides
+    if robust:
+        test, est, lo, hi, p = "Wilcoxon signed-rank (outliers in d)", w.hl, w.lo, w.hi, w.p
+    else:
+        test, est, lo, hi, p = "paired t on log-ratios", t.mean, t.lo, t.hi, t.p
+    min_p = smallest_p(n)
+    band = math.log1p(noise_band)
+    if n < 2 or min_p >= alpha:
+        verdict: Verdict = "too_few_rounds"
+    elif lo > band or hi < -band:
+        # When Wilcoxon/HL decides, the data are suspect: "changed" also needs the t test
+        # (p < alpha, interval beyond the band on the same side). Alone, Wilcoxon at
+        # n = 6 says "changed" whenever all six rounds fall on one side, which an A/A
+        # run does 1 time in 32.
+        agree = not robust or (t.p < alpha and (t.lo > band if lo > band else t.hi < -band))
+        verdict = "changed" if p < alpha and agree else "inconclusive"
+    elif lo >= -band and hi <= band:
+        verdict = "within_noise"
+    else:
+        verdict = "inconclusive"
+    if (t.p < alpha) != (w.p < alpha) and n >= 6:
+        warnings.append(f"t-test p {t.p:.3g} and Wilcoxon p {w.p:.3g} disagree at alpha "
+                        f"{alpha:g}")
+    change = _frac(est)
+    for name, dr in drifts.items():
+        if dr is not None and abs(dr) > max(abs(change), noise_band):
+            warnings.append(f"{name} drifted {dr * 100:+.1f}% across the run, more than the "
+                            f"effect ({change * 100:+.1f}%)")
+    half = (t.hi - t.lo) / 2 if math.isfinite(t.hi) else math.inf
+    better = None
+    if verdict == "changed":
+        better = (est > 0) == (direction == "higher")
+    return Comparison(
+        n=n, verdict=verdict, change=change, lo=_frac(lo), hi=_frac(hi), half_width=half,
+        p=p, p_raw=p, test=test, alpha=alpha, noise_band=noise_band, better=better,
+        sd_log=t.sd if math.isfinite(t.sd) else None, t_p=t.p, t_lo=_frac(t.lo),
+        t_hi=_frac(t.hi), wilcoxon_p=w.p, hl=_frac(w.hl), hl_lo=_frac(w.lo), hl_hi=_frac(w.hi),
+        smallest_p=min_p, comparisons=1, outliers=outl, cv=cvs, drift=drifts,
+        warnings=tuple(warnings))
+
+
+def apply_holm(comps: Sequence[Comparison]) -> list[Comparison]:
+    """Holm-adjust the p of every comparison that can reach a verdict, and re-decide
+    ``changed`` with the adjusted p."""
+    idx = [k for k, c in enumerate(comps) if c.p_raw is not None
+           and c.verdict != "too_few_rounds"]
+    out = list(comps)
+    adj = holm([comps[k].p_raw for k in idx])  # type: ignore[misc]
+    for k, pa in zip(idx, adj, strict=True):
+        c = comps[k]
+        verdict = c.verdict
+        if verdict == "changed" and pa >= c.alpha:
+            verdict = "inconclusive"
+        out[k] = replace(c, p=pa, verdict=verdict, comparisons=len(idx),
+                         better=c.better if verdict == "changed" else None)
+    return out
+
+
+def watched(spec: MetricSpec, settings: StatsConfig) -> bool:
+    """Whether --until-ci watches this metric."""
+    if settings.until_metrics is not None:
+        return spec.name in settings.until_metrics
+    return spec.table
+
+
+
+
+def as_json(c: Comparison) -> dict[str, Any]:
+    """The comparison as plain JSON values (infinite interval ends become None)."""
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    return {**clean(asdict(c)), "mark": c.mark}
+
+

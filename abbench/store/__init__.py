@@ -1,0 +1,1 @@
+"""Storage: run folders (append-and-flush samples) and the SQLite index over them."""

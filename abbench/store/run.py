@@ -1,0 +1,292 @@
+"""Runs on disk: ``results/<run-id>/``.
+
+- ``run.json``: id, status, arms, order, seed, schedule, environment (atomic writes);
+- ``config.yaml``: the resolved config, secrets redacted;
+- ``samples.jsonl``: one JSON line per measurement, appended and flushed the moment
+  it is measured (a crash loses nothing already written);
+- ``logs/<arm>-r<round>.log``: each server life's stdout and stderr;
+- ``report.md`` / ``report.json``: the rendered report (atomic writes).
+
+Every record carries ``schema`` (:data:`SCHEMA_VERSION`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import difflib
+import json
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from abbench.errors import StoreError
+from abbench.server.interrupts import shielded
+
+SCHEMA_VERSION = 1
+RUN_FILE = "run.json"
+SAMPLES_FILE = "samples.jsonl"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write, fsync, rename: readers see the old file or the new one, never half.
+
+    A full disk or a read-only directory is a :class:`StoreError` naming the file.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        raise _write_error(path, e) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise _write_error(path, e) from None
+        raise
+
+
+def _write_error(path: Path, e: OSError) -> StoreError:
+    return StoreError(f"cannot write {path.name}: {e.strerror or e}", where=str(path),
+                      hint="free disk space or fix the permissions; nothing already "
+                           "written was changed")
+
+
+def new_run_id(now: dt.datetime | None = None) -> str:
+    now = now or dt.datetime.now()
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def check_writable(results: Path, need_bytes: int = 10 * 1024 * 1024) -> None:
+    """Fail before any server starts when results cannot be written."""
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(f"cannot create the results directory: {e.strerror}",
+                         where=str(results), hint="pass --results DIR with a writable "
+                         "directory") from None
+    if not os.access(results, os.W_OK | os.X_OK):
+        raise StoreError("the results directory is not writable", where=str(results),
+                         hint="fix its permissions or pass --results DIR") from None
+    try:
+        free = shutil.disk_usage(results).free
+    except OSError:
+        free = need_bytes
+    if free < need_bytes:
+        raise StoreError(f"only {free // 1024} KiB free on the results disk", where=str(results),
+                         hint="free some space or pass --results DIR on another disk")
+    try:
+        with tempfile.NamedTemporaryFile(dir=results, prefix=".probe-"):
+            pass
+    except OSError as e:
+        raise StoreError(f"cannot write into the results directory: {e.strerror}",
+                         where=str(results), hint="pass --results DIR with a writable "
+                         "directory") from None
+
+
+@dataclass
+class Run:
+    """An open run folder, for writing (the runner) or reading (reports)."""
+
+    path: Path
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    @property
+    def samples_path(self) -> Path:
+        return self.path / SAMPLES_FILE
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    def log_path(self, arm: str, round_: int) -> Path:
+        return self.logs_dir / f"{arm}-r{round_}.log"
+
+    # ------------------------------------------------------------ writing
+    @classmethod
+    def create(cls, results: Path, meta: dict[str, Any], config: dict[str, Any]) -> Run:
+        check_writable(results)
+        run_id = meta.get("id") or new_run_id()
+        path = results / run_id
+        try:
+            path.mkdir(parents=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the run folder: {e}", where=str(path)) from None
+        run = cls(path)
+        run.logs_dir.mkdir()
+        atomic_write(path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+        run.write_meta({**meta, "id": run_id, "schema": SCHEMA_VERSION})
+        run.samples_path.touch()
+        return run
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        atomic_write(self.path / RUN_FILE, json.dumps(meta, indent=2, default=str) + "\n")
+
+    def update_meta(self, **changes: Any) -> dict[str, Any]:
+        meta = self.meta()
+        meta.update(changes)
+        self.write_meta(meta)
+        return meta
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Append one record and flush it to disk (fsync) before returning.
+
+        One ``write`` of the whole line; when it fails (disk full) the file is cut
+        back to its old end, so no half line is left for the next append to join.
+        Shielded: an interrupt waits until the line is on disk.
+        """
+        line = (json.dumps({"schema": SCHEMA_VERSION, **record}, default=_json_default,
+                           allow_nan=False) + "\n").encode()
+        with shielded(raise_pending=True):
+            try:
+                fd = os.open(self.samples_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise self._append_error(e) from None
+            try:
+                end = os.lseek(fd, 0, os.SEEK_END)
+                try:
+                    view = memoryview(line)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                except OSError as e:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, end)
+                    raise self._append_error(e) from None
+            finally:
+                os.close(fd)
+
+    def _append_error(self, e: OSError) -> StoreError:
+        return StoreError(f"cannot append a sample: {e.strerror or e}",
+                          where=str(self.samples_path),
+                          hint="every sample before this one is kept; free disk space, then "
+                               f"resume the run with abbench run --resume {self.id}")
+
+    def repair_tail(self) -> str | None:
+        """Cut a half-written last line (abbench killed mid-write); say what was cut."""
+        try:
+            with open(self.samples_path, "rb+") as f:
+                data = f.read()
+                if not data or data.endswith(b"\n"):
+                    return None
+                keep = data.rfind(b"\n") + 1
+                f.truncate(keep)
+                return (f"{self.samples_path}: cut a half-written last line "
+                        f"({len(data) - keep} bytes)")
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise self._append_error(e) from None
+
+    def write_text(self, name: str, text: str) -> None:
+        atomic_write(self.path / name, text)
+
+    # ------------------------------------------------------------ reading
+    def meta(self) -> dict[str, Any]:
+        try:
+            meta = json.loads((self.path / RUN_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise StoreError("not a run folder (no run.json)", where=str(self.path),
+                             hint="give a run id listed by abbench ls") from None
+        except (OSError, ValueError) as e:
+            raise StoreError(f"run.json cannot be read: {e}", where=str(self.path)) from None
+        check_schema(meta.get("schema"), where=str(self.path / RUN_FILE))
+        return meta
+
+    def config(self) -> dict[str, Any]:
+        try:
+            return yaml.safe_load((self.path / "config.yaml").read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise StoreError(f"config.yaml cannot be read: {e}", where=str(self.path)) from None
+
+    def records(self, problems: list[str] | None = None) -> list[dict[str, Any]]:
+        return list(iter_records(self.samples_path, problems))
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "model_dump"):
+        return o.model_dump(mode="json")
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def check_schema(version: Any, *, where: str) -> None:
+    if version is None:
+        raise StoreError("no schema version", where=where,
+                         hint="this file was not written by abbench")
+    if version != SCHEMA_VERSION:
+        newer = isinstance(version, int) and version > SCHEMA_VERSION
+        raise StoreError(
+            f"schema version {version} is not readable by this abbench (reads {SCHEMA_VERSION})",
+            where=where, hint="upgrade abbench" if newer else "re-run with this abbench")
+
+
+def iter_records(path: Path, problems: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Records of a samples file. Truncated or corrupt lines are reported in
+    ``problems`` (file and line) and skipped; the rest is kept."""
+    try:
+        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+    except FileNotFoundError:
+        return
+    with f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                if not isinstance(rec, dict):
+                    raise ValueError("not an object")
+            except ValueError as e:
+                if problems is not None:
+                    problems.append(f"{path}:{lineno}: skipped a corrupt line ({e})")
+                continue
+            if rec.get("schema") != SCHEMA_VERSION:
+                if problems is not None:
+                    problems.append(f"{path}:{lineno}: skipped a record of schema "
+                                    f"{rec.get('schema')!r}")
+                continue
+            yield rec
+
+
+def list_runs(results: Path) -> list[Run]:
+    if not results.is_dir():
+        return []
+    return sorted((Run(p) for p in results.iterdir() if (p / RUN_FILE).is_file()),
+                  key=lambda r: r.id)
+
+
+def open_run(ref: str, results: Path) -> Run:
+    """A run by id (or unique prefix), or by its folder path."""
+    p = Path(ref)
+    if (p / RUN_FILE).is_file():
+        return Run(p)
+    cand = results / ref
+    if (cand / RUN_FILE).is_file():
+        return Run(cand)
+    ids = [r.id for r in list_runs(results)]
+    if ref == "latest" and ids:
+        return Run(results / ids[-1])
+    matches = [i for i in ids if i.startswith(ref)]
+    if len(matches) == 1:
+        return Run(results / matches[0])
+    close = matches[:5] or difflib.get_close_matches(ref, ids, n=5, cutoff=0.4)
+    hint = f"closest: {', '.join(close)}" if close else "list runs with abbench ls"
+    what = "is ambiguous" if len(matches) > 1 else "not found"
+    raise StoreError(f"run {ref!r} {what} in {results}", hint=hint)

@@ -1,0 +1,1 @@
+"""Requests to a server: the one HTTP client, exact-length prompts, decodes, side calls."""

@@ -1,0 +1,133 @@
+"""The CLI against the reference server (tests/refserver.py), whose rates are known."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REFSERVER, no_process_left, write_arms
+
+
+def arms_yaml(slow_flags: str = "", fast_flags: str = "", rounds: int = 2,
+              extra: str = "", decode_tokens: int = 40) -> str:
+    py = sys.executable
+    return f"""
+rounds: {rounds}
+seed: 42
+defaults:
+  preset: llama.cpp
+  ready: {{timeout: 20}}
+  stop_grace: 3
+arms:
+  - name: slow
+    label: "prod ecb52158"
+    start: [{py}, {REFSERVER}, --port, "{{port}}", --rate, "200" {slow_flags}]
+  - name: fast
+    label: "this PR"
+    start: [{py}, {REFSERVER}, --port, "{{port}}", --rate, "220" {fast_flags}]
+workloads:
+  - contexts: [256, 1K]
+    decode_tokens: {decode_tokens}
+{extra}"""
+
+
+def abbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "abbench.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+def only_run(results: Path) -> Path:
+    (run,) = [p for p in results.iterdir() if (p / "run.json").exists()]
+    return run
+
+
+def test_delta_matches_known_rates(tmp_path: Path, results: Path):
+    # 200 tokens (1 s) per request: one late token on a busy machine moves a rate < 0.5%
+    arms = write_arms(tmp_path / "arms.yaml", arms_yaml(decode_tokens=200))
+    r = abbench("run", str(arms), "--results", str(results), "--plain")
+    assert r.returncode == 0, r.stderr
+    table = r.stdout
+    assert "| | prod ecb52158 | this PR |" in table
+    for ctx in ("256", "1K"):
+        row = next(line for line in table.splitlines() if line.startswith(f"| decode {ctx} "))
+        delta = float(re.search(r"\(([+-]\d+\.\d)%", row).group(1))
+        assert abs(delta - 10.0) < 1.0, row  # 220 / 200 = +10%
+    run = only_run(results)
+    records = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    samples = [x for x in records if x["type"] == "sample"]
+    assert len(samples) == 2 * 2 * 2 and all(s["valid"] for s in samples)
+    for s in samples:
+        want = 200.0 if s["arm"] == "slow" else 220.0
+        assert abs(s["metrics"]["decode_tok_s"] / want - 1) < 0.01
+        assert s["prompt_tokens"] == s["context"] and s["completion_tokens"] == 200
+    assert (run / "report.md").read_text() == table
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "complete" and meta["seed"] == 42
+    assert (run / "logs" / "slow-r0.log").exists()
+    assert no_process_left(str(REFSERVER))
+
+
+def test_invalid_samples_are_flagged(tmp_path: Path, results: Path):
+    # every second completion of the fast arm decodes 3 tokens short
+    arms = write_arms(tmp_path / "arms.yaml",
+                      arms_yaml(fast_flags=', --fault, short, --fault-every, "2"', rounds=1))
+    r = abbench("run", str(arms), "--results", str(results), "--plain")
+    assert r.returncode == 0, r.stderr
+    assert "Invalid samples" in r.stdout and "this PR: 1" in r.stdout
+    samples = [json.loads(line) for line in
+               (only_run(results) / "samples.jsonl").read_text().splitlines()]
+    bad = [s for s in samples if s["type"] == "sample" and not s["valid"]]
+    assert len(bad) == 1 and "completion_tokens 37 != 40" in bad[0]["reason"]
+
+
+def test_run_order_is_the_one_validate_prints(tmp_path: Path, results: Path):
+    arms = write_arms(tmp_path / "arms.yaml", arms_yaml(rounds=4, decode_tokens=4))
+    v = abbench("validate", str(arms), "--rounds", "4", "--seed", "9")
+    assert v.returncode == 0, v.stderr
+    printed = re.findall(r"round (\d+): (.+)", v.stdout)
+    assert len(printed) == 4
+    r = abbench("run", str(arms), "--results", str(results), "--rounds", "4", "--seed", "9",
+                "--plain")
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((only_run(results) / "run.json").read_text())
+    ran: dict[int, list[str]] = {}
+    for rnd, _pos, arm in meta["schedule"]:
+        ran.setdefault(rnd, []).append(arm)
+    assert {int(k): v.split() for k, v in printed} == ran
+    slots = [json.loads(line) for line in
+             (only_run(results) / "samples.jsonl").read_text().splitlines()]
+    executed = [(s["round"], s["arm"]) for s in slots if s["type"] == "slot"]
+    assert executed == [(rnd, a) for rnd, arms_ in ran.items() for a in arms_]
+
+
+def test_validate_prints_the_plan_and_starts_nothing(tmp_path: Path):
+    arms = write_arms(tmp_path / "arms.yaml", arms_yaml())
+    r = abbench("validate", str(arms))
+    assert r.returncode == 0, r.stderr
+    assert "slow (baseline)" in r.stdout and "seed 42" in r.stdout
+    assert "workload requests: 3 per server life (1 warm-up), 12 in all over 4 server lives" \
+        in r.stdout
+    assert no_process_left(str(REFSERVER))
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    (("rounds: 2", "rounds: 2\ncolour: blue"), "colour"),
+    (("rounds: 2", "rounds: [2]"), "rounds"),
+    (("    start: [", "    begin: ["), "begin"),
+])
+def test_bad_config_exits_2_with_file_field_and_hint(tmp_path: Path, results: Path, change,
+                                                      field):
+    arms = write_arms(tmp_path / "bad.yaml", arms_yaml().replace(*change, 1))
+    for cmd in (["validate", str(arms)], ["run", str(arms), "--results", str(results)]):
+        r = abbench(*cmd)
+        assert r.returncode == 2, r.stderr
+        assert str(arms) in r.stderr and field in r.stderr and "hint:" in r.stderr
+    assert not results.exists() or not any(results.iterdir())
+    assert no_process_left(str(REFSERVER))
+
+

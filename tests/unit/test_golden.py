@@ -1,0 +1,84 @@
+"""Every renderer pinned by a golden file, on real H200 runs (tests/golden/runs/, copied
+from shared/fixtures) and a fixed arms file. ``UPDATE_GOLDEN=1`` rewrites them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from abbench.cli import app
+from abbench.report.calibrate import noise_floor, render_calibration
+from abbench.report.compare import run_table
+from abbench.report.quality_text import render_section
+from abbench.store.run import Run
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+RUNS = GOLDEN / "runs"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} changed: UPDATE_GOLDEN=1 rewrites it"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("results")
+    for run in RUNS.iterdir():
+        shutil.copytree(run, out / run.name)
+    return out
+
+
+def cli(*args: str | Path) -> str:
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    assert res.exit_code in (0, 1), (res.exit_code, res.stdout, res.stderr)
+    return res.stdout
+
+
+@pytest.mark.parametrize("fmt", ["md", "json", "csv"])
+def test_report_formats(results: Path, fmt: str) -> None:
+    check_golden(f"report-h200-seed.{fmt}", cli("report", results / "h200-seed", "--results",
+                                                results, "--format", fmt))
+
+
+def test_report_of_an_aa_run(results: Path) -> None:
+    check_golden("report-h200-aa.md", cli("report", results / "h200-aa-32k", "--results",
+                                          results))
+
+
+def test_quality_section(results: Path) -> None:
+    table = run_table(Run(results / "h200-seed"))
+    check_golden("quality-section.md", "\n".join(render_section(table)) + "\n")
+
+
+def test_compare(results: Path) -> None:
+    check_golden("compare.md", cli("compare", f"{results / 'h200-seed'}:base",
+                                   f"{results / 'h200-aa-32k'}:fa-on", "--results", results))
+
+
+def test_ls(results: Path) -> None:
+    check_golden("ls.txt", cli("ls", "--results", results))
+
+
+def test_history_check(results: Path) -> None:
+    check_golden("history-check.txt", cli("history", "--results", results, "--check"))
+
+
+def test_calibrate_table(results: Path) -> None:
+    table = run_table(Run(results / "h200-aa-32k"))
+    floors = noise_floor(table, effect=0.02)
+    check_golden("calibrate.md", render_calibration(floors, arm="fa-on", effect=0.02))
+
+
+def test_validate_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("LLAMA_SERVER", "llama-server-golden")
+    monkeypatch.setenv("SMOLLM2_GGUF", "model.gguf")
+    check_golden("validate-plan.txt", cli("validate", "arms/llama-cpu.yaml", "--seed", "7"))

@@ -1,0 +1,300 @@
+"""The statistics against values computed independently (scipy, brute force), the
+verdict rules, the rendering of cells, and --until-ci/calibrate on the reference
+server."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from abbench.config.stats import StatsConfig
+from abbench.report.calibrate import band_yaml, noise_floor, render_calibration
+from abbench.report.formats import render_json
+from abbench.report.markdown import render_markdown
+from abbench.report.table import build_table
+from abbench.stats import paired as stats
+from abbench.stats.paired import compare
+from abbench.stats.stopping import block_size, planned_looks, stop_reason
+
+D = np.array([0.021, 0.034, 0.012, 0.027, 0.018, 0.041, 0.025, 0.009])
+
+
+# ------------------------------------------------------------------ golden numbers
+
+
+def test_t_interval_matches_scipy() -> None:
+    r = stats.t_interval(D, 0.05)
+    ref = sps.ttest_1samp(D, 0.0)
+    ci = ref.confidence_interval(0.95)
+    assert r.p == pytest.approx(ref.pvalue, rel=1e-12)
+    assert (r.lo, r.hi) == pytest.approx((ci.low, ci.high), rel=1e-12)
+    assert r.mean == pytest.approx(D.mean())
+    # the paired t-test on the logs is the same test
+    base = np.array([50.0, 51, 49, 52, 50.5, 48, 51.5, 50])
+    arm = base * np.exp(D)
+    assert sps.ttest_rel(np.log(arm), np.log(base)).pvalue == pytest.approx(r.p, rel=1e-9)
+
+
+def test_signed_rank_null_is_the_exact_distribution() -> None:
+    for n in range(1, 9):
+        brute = np.zeros(n * (n + 1) // 2 + 1)
+        for signs in itertools.product((0, 1), repeat=n):
+            brute[sum(r for r, s in zip(range(1, n + 1), signs, strict=True) if s)] += 1
+        assert stats.signed_rank_null(n) == pytest.approx(brute / 2**n)
+
+
+def test_smallest_p_is_what_scipy_can_give() -> None:
+    for n in range(2, 10):
+        p = sps.wilcoxon(np.arange(1, n + 1) / 100, method="exact").pvalue
+        assert stats.smallest_p(n) == pytest.approx(p)
+    assert stats.smallest_p(5) > 0.05 > stats.smallest_p(6)
+
+
+def test_exact_wilcoxon_p_matches_scipy() -> None:
+    rng = np.random.default_rng(3)
+    for n in range(2, 30):
+        for _ in range(5):
+            x = rng.normal(0.01, 0.02, n)
+            assert stats.wilcoxon_p(x) == pytest.approx(
+                sps.wilcoxon(x, method="exact").pvalue, rel=1e-9)
+    tied = np.array([0.01, 0.01, -0.02, 0.03, 0.0, 0.02])
+    assert stats.wilcoxon_p(tied) == pytest.approx(sps.wilcoxon(tied).pvalue)
+
+
+def test_hodges_lehmann_and_its_interval_invert_the_wilcoxon_test() -> None:
+    w = stats.wilcoxon_hl(D, 0.05)
+    walsh = [(D[i] + D[j]) / 2 for i in range(len(D)) for j in range(i, len(D))]
+    assert w.hl == pytest.approx(float(np.median(walsh)))
+    assert w.p == pytest.approx(sps.wilcoxon(D, method="exact").pvalue)
+    eps = 1e-9
+
+    def p_at(theta: float) -> float:
+        return float(sps.wilcoxon(D - theta, method="exact").pvalue)
+
+    assert p_at(w.lo - eps) < 0.05 <= p_at(w.lo + eps)
+    assert p_at(w.hi + eps) < 0.05 <= p_at(w.hi - eps)
+
+
+def test_hl_interval_is_unbounded_when_alpha_is_unreachable() -> None:
+    w = stats.wilcoxon_hl(D[:4], 0.05)
+    assert math.isinf(w.lo) and math.isinf(w.hi)
+
+
+def test_holm_by_hand() -> None:
+    # sorted: .005*4=.02, .01*3=.03, .03*2=.06, .04*1=.04 -> running max .06
+    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert stats.holm([0.5]) == [0.5]
+
+
+def test_rounds_needed_matches_the_notes() -> None:
+    # statistics.md: sigma 2%, delta 2% -> about 8 with z (2.8^2), 10 with the t correction
+    z = sps.norm.ppf(0.975) + sps.norm.ppf(0.8)  # the 2.8 of the notes
+    assert math.ceil((z * 0.02 / 0.02) ** 2) == 8
+    n = stats.rounds_needed(0.02, 0.02)
+    assert n == 10
+    k = sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.8, n - 1)
+    k_prev = sps.t.ppf(0.975, n - 2) + sps.t.ppf(0.8, n - 2)
+    assert k * 0.02 / math.sqrt(n) <= 0.02 < k_prev * 0.02 / math.sqrt(n - 1)
+
+
+def test_outliers_and_drift_and_cv() -> None:
+    rounds = list(range(8))
+    vals = [50.0, 50.2, 49.9, 50.1, 60.0, 50.0, 49.8, 50.3]
+    assert stats.outlier_rounds(rounds, vals) == [4]
+    z = stats.modified_z(vals)
+    med = np.median(vals)
+    assert z[4] == pytest.approx(0.6745 * (60 - med) / sps.median_abs_deviation(vals))
+    grow = [100 * 1.05 ** (r / 7) for r in rounds]  # +5% across the run
+    assert stats.drift(rounds, grow) == pytest.approx(0.05, rel=1e-9)
+    assert stats.cv([1.0, 1.3, 0.8]) == pytest.approx(np.std([1, 1.3, 0.8], ddof=1) / np.mean(
+        [1, 1.3, 0.8]))
+
+
+# ------------------------------------------------------------------ verdicts
+
+
+def _pair(d: np.ndarray, base: float = 50.0) -> tuple[dict[int, float], dict[int, float]]:
+    b = {r: base * (1 + 0.001 * ((r * 7) % 5 - 2)) for r in range(len(d))}
+    return b, {r: b[r] * math.exp(x) for r, x in enumerate(d)}
+
+
+def test_verdict_changed_with_direction() -> None:
+    b, a = _pair(D + 0.02)
+    c = compare(b, a, direction="higher")
+    assert c is not None and c.verdict == "changed" and c.better is True and c.mark == "▲"
+    assert c.change == pytest.approx(math.expm1(np.mean(D + 0.02)))
+    assert c.test.startswith("paired t")
+    worse = compare(b, a, direction="lower")
+    assert worse is not None and worse.verdict == "changed" and worse.mark == "▼"
+
+
+def test_verdict_within_noise_inconclusive_too_few() -> None:
+    small = np.array([0.001, -0.002, 0.0015, 0.0, -0.001, 0.002, 0.0005, -0.0005])
+    c = compare(*_pair(small))
+    assert c is not None and c.verdict == "within_noise" and c.mark == "≈"
+    noisy = np.array([0.05, -0.04, 0.03, -0.02, 0.06, -0.05, 0.01, 0.02])
+    c = compare(*_pair(noisy))
+    assert c is not None and c.verdict == "inconclusive"
+    # 5 rounds of a huge effect: p could be tiny for t, but 2/2^5 > 0.05 -> too few
+    c = compare(*_pair(np.full(5, 0.3) + np.arange(5) * 0.001))
+    assert c is not None and c.verdict == "too_few_rounds" and c.smallest_p == 2 ** -4
+
+
+def test_outlier_in_d_switches_to_wilcoxon() -> None:
+    d = D.copy()
+    d[3] = 0.5
+    c = compare(*_pair(d))
+    assert c is not None and c.test.startswith("Wilcoxon") and c.outliers["d"] == [3]
+    assert c.change == pytest.approx(math.expm1(stats.wilcoxon_hl(d).hl))
+
+
+def test_wilcoxon_alone_cannot_say_changed_when_t_disagrees() -> None:
+    """A real A/A run (llama-server on a loaded 2-core VM, the same arm twice): the twin
+    came out ahead in all six rounds, two log-ratios were flagged as outliers, and the
+    Wilcoxon test (p = 2/64) with its HL interval cleared the band while the t interval
+    did not. With outliers the t test must agree: inconclusive, not changed."""
+    base = dict(enumerate([51.201, 54.709, 49.954, 61.22, 69.28, 70.355]))
+    twin = dict(enumerate([52.556, 63.27, 52.874, 70.158, 71.023, 72.256]))
+    c = compare(base, twin)
+    assert c is not None and c.test.startswith("Wilcoxon") and c.outliers["d"] == [1, 3]
+    assert c.p == pytest.approx(2 / 64) and c.lo is not None and c.lo > 0.01  # HL clears
+    assert c.t_lo is not None and c.t_lo < 0.01  # the t interval does not
+    assert c.verdict == "inconclusive"
+    # a clear effect with one wild round: Wilcoxon alone would say changed, the t test
+    # (widened by the wild round) does not: inconclusive, and the report says why
+    d = D.copy()
+    d[3] = 0.5
+    c = compare(*_pair(d))
+    assert c is not None and c.wilcoxon_p is not None and c.wilcoxon_p < 0.05
+    assert c.verdict == "inconclusive" and any("disagree" in w for w in c.warnings)
+    assert compare(*_pair(D)).verdict == "changed"  # without it, t decides alone
+
+
+def test_holm_can_demote_changed() -> None:
+    b, a = _pair(np.array([0.02, 0.03, 0.019, 0.025, 0.021, 0.018, 0.04, 0.011]))
+    c = compare(b, a, noise_band=0.001)
+    assert c is not None and c.verdict == "changed"
+    many = stats.apply_holm([c] * 400)
+    assert all(x.verdict == "inconclusive" and x.comparisons == 400 for x in many)
+    assert many[0].p == pytest.approx(min(1.0, 400 * c.p_raw))
+
+
+def test_per_metric_noise_band() -> None:
+    s = StatsConfig.model_validate({"noise_band": "1%", "noise_bands": {"ttft_ms": "5%"}})
+    assert s.band("decode_tok_s") == 0.01 and s.band("ttft_ms") == 0.05
+
+
+# ------------------------------------------------------------------ table and rendering
+
+
+def _records(effects: dict[str, float], n: int, seed: int = 1) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    recs = []
+    for r in range(n):
+        for arm, eff in effects.items():
+            for rep in range(2):
+                v = 52.0 * math.exp(eff + rng.normal(0, 0.004))
+                recs.append({"type": "sample", "valid": True, "arm": arm, "round": r,
+                             "rep": rep, "workload": "decode 32K",
+                             "metrics": {"decode_tok_s": v, "ttft_ms": 900 * math.exp(-eff)}})
+    return recs
+
+
+META = {"id": "t1", "arms": [{"name": "base"}, {"name": "pr", "label": "this PR"},
+                             {"name": "same"}], "order": "interleaved", "seed": 1}
+
+
+def test_table_cells_legend_details_and_json() -> None:
+    recs = _records({"base": 0.0, "pr": 0.028, "same": 0.0}, 8)
+    table = build_table(recs, META, metrics=["decode_tok_s", "ttft_ms"])
+    md = render_markdown(table)
+    row = next(line for line in md.splitlines() if line.startswith("| decode 32K (tok/s)"))
+    assert re.search(r"\| \d+\.\d\d-\d+\.\d\d \(\+\d\.\d% \[\+\d\.\d, \+\d\.\d\]\) ▲ \|", row)
+    assert "≈" in row
+    assert "Holm's correction over 4 comparison(s)" in md
+    assert "<details><summary>Statistics per row</summary>" in md
+    assert "paired t on log-ratios" in md
+    ttft = next(line for line in md.splitlines() if line.startswith("| decode 32K TTFT"))
+    assert "▲" in ttft  # lower TTFT is better
+    data = json.loads(render_json(table))
+    verdicts = [c["verdict"] for r in data["rows"] for a, c in r["cells"].items() if a != "base"]
+    assert set(verdicts) <= set(stats.VERDICTS) and "changed" in verdicts
+
+
+def test_too_few_rounds_is_said_in_the_cell() -> None:
+    recs = _records({"base": 0.0, "pr": 0.05, "same": 0.0}, 2)
+    recs = [r for r in recs if not (r["arm"] == "same" and r["round"] == 1)]  # n = 1
+    table = build_table(recs, META)
+    md = render_markdown(table)
+    assert "n=2: too few rounds" in md
+    def strict(name: str) -> None:
+        raise AssertionError(f"not JSON: {name}")
+
+    data = json.loads(render_json(table), parse_constant=strict)
+    assert {c["verdict"] for r in data["rows"] for a, c in r["cells"].items()
+            if a != "base"} == {"too_few_rounds"}
+
+
+def test_settings_come_from_the_run_meta() -> None:
+    recs = _records({"base": 0.0, "pr": 0.028, "same": 0.0}, 8)
+    table = build_table(recs, {**META, "stats": {"noise_band": "5%"}})
+    cell = table.rows[0].cells["pr"].comparison
+    assert cell is not None and cell.noise_band == 0.05 and cell.verdict != "changed"
+
+
+# ------------------------------------------------------------------ sequential
+
+
+def test_blocks_and_looks_stay_balanced() -> None:
+    assert block_size(3, 2) == 1 and block_size(4, 2) == 2 and block_size(4, 3) == 2
+    assert planned_looks(3, 12, 2) == [3, 4, 6, 8, 10, 12]
+    assert planned_looks(6, 11, 2) == [6, 8, 10, 11]
+
+
+def test_stop_reason() -> None:
+    narrow = compare(*_pair(D * 0.1))
+    wide = compare(*_pair(np.array([0.05, -0.04, 0.03, -0.02, 0.06, -0.05, 0.01, 0.02])))
+    assert narrow is not None and wide is not None
+    assert "half-width" in (stop_reason([narrow], [narrow], target=0.01, rounds_done=8,
+                                        cap=12) or "")
+    assert stop_reason([wide], [wide], target=0.01, rounds_done=8, cap=12) is None
+    assert "cap" in (stop_reason([wide], [wide], target=0.01, rounds_done=12, cap=12) or "")
+    changed = compare(*_pair(D + 0.2))
+    assert changed is not None and changed.half_width is not None
+    assert "verdict" in (stop_reason([changed], [changed], target=0.001, rounds_done=8,
+                                     cap=12) or "")
+
+
+def test_noise_floor_from_a_synthetic_aa_table() -> None:
+    recs = _records({"base": 0.0, "twin": 0.0}, 10)
+    meta = {"id": "aa", "arms": [{"name": "base"}, {"name": "twin"}]}
+    floors = noise_floor(build_table(recs, meta), effect=0.02)
+    (f,) = floors
+    d = [math.log(b / a) for a, b in zip(*[
+        [np.mean([r["metrics"]["decode_tok_s"] for r in recs if r["arm"] == arm
+                  and r["round"] == k]) for k in range(10)] for arm in ("base", "twin")],
+        strict=True)]
+    assert f.sigma == pytest.approx(np.std(d, ddof=1))
+    assert f.rounds_for_effect == stats.rounds_needed(f.sigma, math.log1p(0.02))
+    assert f.suggested_band == pytest.approx(max(abs(f.lo), abs(f.hi)))
+    assert "suggested band" in render_calibration(floors, arm="base", effect=0.02)
+    assert "decode_tok_s:" in band_yaml(floors)
+
+
+def test_negligible_wobble_is_no_outlier() -> None:
+    # peak RSS of two builds, 20% apart, rounds agreeing to 0.05% (a real demo run):
+    # a MAD-based z alone would call two rounds outliers and force the Wilcoxon test,
+    # whose smallest p with 6 rounds cannot survive Holm; the floor keeps the t-test.
+    base = dict(enumerate([250.43, 250.63, 250.58, 250.70, 250.73, 250.60]))
+    arm = dict(enumerate([200.70, 200.66, 200.61, 200.70, 200.76, 200.79]))
+    d = [math.log(arm[r] / base[r]) for r in base]
+    assert stats.outlier_rounds(list(base), d) == [0, 5]  # the z-score alone
+    c = stats.compare(base, arm, direction="lower")
+    assert c is not None and c.outliers["d"] == [] and c.test == "paired t on log-ratios"
+    assert c.verdict == "changed" and c.better is True and c.p < 1e-6
