@@ -1,0 +1,1 @@
+"""The campaign: the runner that drives every stage."""
