@@ -30,12 +30,14 @@ How :func:`task_states` knows a task's state, best source first:
 4. The status file: ``exit 0`` is COMPLETED, ``exit N`` is FAILED, ``signal TERM`` is
    CANCELLED (it could also have been the time limit or preemption: without accounting,
    nothing else records which).
+5. ``<job>.cancel``, where :func:`cancel` notes what it cancels: a task cancelled while
+   still pending leaves squeue and scontrol at once, and never writes a status file.
 
-Steps 2 to 4 run only for the tasks that step 1 did not list. For each task, the first
+Steps 2 to 5 run only for the tasks that step 1 did not list. For each task, the first
 terminal state found wins. A task that no source knows is ``UNKNOWN``: it ended
-without accounting and its status file is missing, or it started and was killed
-before it could write its outcome. :func:`wait` takes UNKNOWN as final only when two
-polls in a row return it.
+without accounting and its status file is missing, it started and was killed before
+it could write its outcome, or someone else scancel'ed it while it was pending.
+:func:`wait` takes UNKNOWN as final only when two polls in a row return it.
 """
 
 from __future__ import annotations
@@ -317,12 +319,13 @@ def _wrapper(body: str, out: Path, env: Mapping[str, str], argv: Sequence[str]) 
     return f"""#!/bin/bash
 # An abbench job array, written by abbench.campaign.slurm and submitted with:
 #   {shlex.join(argv)} <this file>
+__ab_sig=
+trap '__ab_sig=TERM' TERM
 __ab_status={shlex.quote(str(out))}/"${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}.status"
 __ab_mark() {{ printf '%s\\n' "$1" >"$__ab_status.$$" && mv -f "$__ab_status.$$" "$__ab_status"; }}
 __ab_mark "running $(hostname) $$ $(date +%s)"
-{exports}__ab_sig=
-trap '__ab_sig=TERM' TERM
-(
+if [ -n "$__ab_sig" ]; then __ab_mark "signal $__ab_sig 143"; exit 143; fi
+{exports}(
 {body}
 ) &
 __ab_child=$!
@@ -330,6 +333,11 @@ while :; do
   wait "$__ab_child"; __ab_rc=$?
   kill -0 "$__ab_child" 2>/dev/null || break
 done
+# Slurm signals every process of the task, in no set order: the command may die of
+# the SIGTERM before this shell gets its own. Give it a second to arrive.
+if [ -z "$__ab_sig" ] && [ "$__ab_rc" -gt 128 ]; then
+  sleep 1 & __ab_nap=$!; wait "$__ab_nap"; kill "$__ab_nap" 2>/dev/null
+fi
 if [ -n "$__ab_sig" ]; then __ab_mark "signal $__ab_sig $__ab_rc"
 else __ab_mark "exit $__ab_rc"; fi
 exit "$__ab_rc"
@@ -381,12 +389,23 @@ def task_states(job_id: str, *, n_tasks: int | None = None,
             take(parse_sacct(proc.stdout, job_id))
     if output_dir is not None and not settled(later):
         take(_status_files(Path(output_dir), job_id))
+        if not settled(later):
+            whole, tasks = _cancel_file(Path(output_dir), job_id)
+            cancelled = set(expected or ()) if whole else set()
+            take(dict.fromkeys(cancelled | tasks, "CANCELLED"))
 
     result = dict(later)
     result.update(states)
     for task in expected or ():
         result.setdefault(task, UNKNOWN)
     return dict(sorted(result.items()))
+
+
+def _cancel_file(output_dir: Path, job_id: str) -> tuple[bool, set[int]]:
+    try:
+        return parse_cancel_file((output_dir.absolute() / f"{job_id}.cancel").read_text())
+    except OSError:
+        return False, set()
 
 
 def _status_files(output_dir: Path, job_id: str) -> dict[int, str]:
@@ -404,19 +423,34 @@ def _status_files(output_dir: Path, job_id: str) -> dict[int, str]:
     return found
 
 
-def cancel(job_id: str, task: int | Iterable[int] | None = None) -> None:
+def cancel(job_id: str, task: int | Iterable[int] | None = None, *,
+           output_dir: str | os.PathLike[str] | None = None) -> None:
     """Cancel the whole array (``task=None``) or some of its tasks. Cancelling a task
     that has already ended is not an error. Returns once scancel has sent the
-    request; the state changes a moment later."""
+    request; the state changes a moment later.
+
+    With ``output_dir`` the cancel is first noted in ``<job>.cancel`` there: Slurm
+    keeps no record of a task cancelled while still pending in the array (it leaves
+    squeue and scontrol at once, and never writes a status file), and
+    :func:`task_states` then reads it as CANCELLED instead of UNKNOWN."""
     job_id = str(job_id)
     if task is None:
-        targets = [job_id]
+        targets, noted = [job_id], ["all"]
     elif isinstance(task, int):
-        targets = [f"{job_id}_{task}"]
+        targets, noted = [f"{job_id}_{task}"], [str(task)]
     else:
-        targets = [f"{job_id}_{t}" for t in task]
+        noted = [str(t) for t in task]
+        targets = [f"{job_id}_{t}" for t in noted]
         if not targets:
             return
+    if output_dir is not None:
+        try:
+            with (Path(output_dir).absolute() / f"{job_id}.cancel").open("a") as f:
+                f.write("".join(f"{n}\n" for n in noted))
+        except OSError as e:
+            raise SchedulerError(f"cannot note the cancel: {e.strerror}",
+                                 where=str(Path(output_dir).absolute() / f"{job_id}.cancel"),
+                                 hint="pass the output_dir the job was submitted with") from None
     proc = _run(["scancel", *targets], check=False)
     if proc.returncode != 0:
         text = _err_text(proc)
@@ -424,6 +458,13 @@ def cancel(job_id: str, task: int | Iterable[int] | None = None) -> None:
             return
         raise SchedulerError(f"scancel failed: {text}", where=f"scancel {' '.join(targets)}",
                              hint=_HINT_CONTROLLER)
+
+
+def parse_cancel_file(text: str) -> tuple[bool, set[int]]:
+    """``<job>.cancel`` (written by :func:`cancel`): whether the whole job was cancelled,
+    and which tasks were."""
+    words = text.split()
+    return "all" in words, {int(w) for w in words if w.isdigit()}
 
 
 def count_states(states: Mapping[int, str]) -> str:
