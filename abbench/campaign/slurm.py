@@ -31,7 +31,8 @@ How :func:`task_states` knows a task's state, best source first:
    CANCELLED (it could also have been the time limit or preemption: without accounting,
    nothing else records which).
 5. ``<job>.cancel``, where :func:`cancel` notes what it cancels: a task cancelled while
-   still pending leaves squeue and scontrol at once, and never writes a status file.
+   still pending leaves squeue and scontrol at once, gets no sacct row either (Slurm
+   22.05, with accounting), and never writes a status file.
 
 Steps 2 to 5 run only for the tasks that step 1 did not list. For each task, the first
 terminal state found wins. A task that no source knows is ``UNKNOWN``: it ended
@@ -430,9 +431,9 @@ def cancel(job_id: str, task: int | Iterable[int] | None = None, *,
     request; the state changes a moment later.
 
     With ``output_dir`` the cancel is first noted in ``<job>.cancel`` there: Slurm
-    keeps no record of a task cancelled while still pending in the array (it leaves
-    squeue and scontrol at once, and never writes a status file), and
-    :func:`task_states` then reads it as CANCELLED instead of UNKNOWN."""
+    keeps no record of a task cancelled while still pending in the array (not in
+    squeue, scontrol or sacct; it never wrote a status file), and :func:`task_states`
+    then reads it as CANCELLED instead of UNKNOWN."""
     job_id = str(job_id)
     if task is None:
         targets, noted = [job_id], ["all"]

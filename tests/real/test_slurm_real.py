@@ -115,3 +115,25 @@ def test_cancel_a_pending_task(cluster: str, tmp_path: Path) -> None:
     states = slurm.wait(job, n_tasks=3, output_dir=tmp_path, poll_s=0.5, timeout_s=120)
     assert states == {0: "COMPLETED", 1: "COMPLETED", 2: "CANCELLED"}
     assert not slurm.task_files(tmp_path, job, 2).status.exists()
+
+
+def test_sacct_agrees_where_the_cluster_has_accounting(cluster: str, tmp_path: Path) -> None:
+    """With ABBENCH_SLURM_ACCOUNTING=1 (slurmdbd), sacct's rows are those of scontrol."""
+    probe = subprocess.run(["sacct", "-n", "-X", "-j", "1"], capture_output=True, text=True,
+                           check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"no accounting on this cluster ({probe.stderr.strip()}); "
+                    "ABBENCH_SLURM_ACCOUNTING=1 bash scripts/slurm-local.sh up gives it")
+    job = slurm.submit_array(output_dir=tmp_path, exclusive=False,
+                             commands=[["true"], ["false"]])
+    assert slurm.wait(job, n_tasks=2, poll_s=0.5, timeout_s=120) == {
+        0: "COMPLETED", 1: "FAILED"}
+    deadline = time.monotonic() + 30  # slurmdbd gets the end of a job a moment later
+    while True:
+        rows = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job, "-o",
+                               "JobID,State,ExitCode"], capture_output=True, text=True,
+                              check=True).stdout
+        if slurm.parse_sacct(rows, job) == {0: "COMPLETED", 1: "FAILED"}:
+            break
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.5)

@@ -58,22 +58,17 @@ def test_scontrol_records_of_the_array() -> None:
     assert slurm.parse_scontrol(text("7-scontrol_timeout.txt"), "17") == {}
 
 
-# sacct's -P format as documented (no capture: the local cluster has no accounting,
-# so sacct only says what slurm_output/sacct_disabled.txt holds)
-SACCT = """\
-41_0|COMPLETED|0:0
-41_1|FAILED|3:0
-41_2|CANCELLED by 0|0:15
-41_3|TIMEOUT|0:15
-41_[4-6%2]|PENDING|0:0
-410_0|COMPLETED|0:0
-"""
-
-
 def test_sacct_rows_of_the_array() -> None:
-    assert slurm.parse_sacct(SACCT, "41") == {
-        0: "COMPLETED", 1: "FAILED", 2: "CANCELLED", 3: "TIMEOUT",
-        4: "PENDING", 5: "PENDING", 6: "PENDING"}
+    assert slurm.parse_sacct(text("98-sacct_mid.txt"), "98") == {
+        0: "COMPLETED", 1: "FAILED", 2: "RUNNING", 3: "RUNNING", 4: "PENDING", 5: "PENDING"}
+    # "CANCELLED by 0"; task 4, cancelled while pending, has no row
+    assert slurm.parse_sacct(text("98-sacct_after.txt"), "98") == {
+        0: "COMPLETED", 1: "FAILED", 2: "CANCELLED", 3: "RUNNING", 5: "RUNNING"}
+    assert slurm.parse_sacct(text("98-sacct_end.txt"), "98") == {
+        0: "COMPLETED", 1: "FAILED", 2: "CANCELLED", 3: "COMPLETED", 5: "COMPLETED"}
+    assert slurm.parse_sacct(text("103-sacct_timeout.txt"), "103") == {
+        0: "TIMEOUT", 1: "TIMEOUT"}
+    assert slurm.parse_sacct(text("98-sacct_end.txt"), "9") == {}  # not 98's rows
 
 
 @pytest.mark.parametrize(("body", "state"), [
@@ -167,11 +162,21 @@ def test_states_of_a_forgotten_job_come_from_the_status_files(fake_bin, tmp_path
 def test_states_accounting_beats_the_status_file(fake_bin, tmp_path: Path) -> None:
     fake_bin("squeue", stderr=text("squeue_gone.txt"), rc=1)
     fake_bin("scontrol", stderr=text("squeue_gone.txt"), rc=1)
-    fake_bin("sacct", SACCT)
-    (tmp_path / "41_3.status").write_text("signal TERM 143\n")
-    states = slurm.task_states("41", n_tasks=7, output_dir=tmp_path)
-    assert states[3] == "TIMEOUT"  # sacct says why the SIGTERM came
-    assert states[2] == "CANCELLED"
+    fake_bin("sacct", text("103-sacct_timeout.txt"))
+    (tmp_path / "103_0.status").write_text("signal TERM 143\n")
+    states = slurm.task_states("103", n_tasks=2, output_dir=tmp_path)
+    assert states == {0: "TIMEOUT", 1: "TIMEOUT"}  # sacct says why the SIGTERM came
+
+
+def test_states_pending_cancel_with_accounting(fake_bin, tmp_path: Path) -> None:
+    fake_bin("squeue", stderr=text("squeue_gone.txt"), rc=1)
+    fake_bin("scontrol", stderr=text("squeue_gone.txt"), rc=1)
+    fake_bin("sacct", text("98-sacct_end.txt"))
+    assert slurm.task_states("98", n_tasks=6, output_dir=tmp_path)[4] == "UNKNOWN"
+    (tmp_path / "98.cancel").write_text("2\n4\n")
+    assert slurm.task_states("98", n_tasks=6, output_dir=tmp_path) == {
+        0: "COMPLETED", 1: "FAILED", 2: "CANCELLED", 3: "COMPLETED", 4: "CANCELLED",
+        5: "COMPLETED"}
 
 
 def test_states_controller_down(fake_bin) -> None:
