@@ -62,3 +62,9 @@ class Interrupted(AbbenchError):
     """The run was stopped by SIGINT/SIGTERM; what was measured is kept."""
 
     exit_code = 130
+
+
+class SchedulerError(AbbenchError):
+    """The batch scheduler (Slurm) is missing, unreachable, or refused a job. Exit code 2."""
+
+    exit_code = 2
