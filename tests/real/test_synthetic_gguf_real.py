@@ -99,6 +99,12 @@ def test_tiny_synthetic_model_is_seeded_and_served(tmp_path: Path, real_parts):
         assert len(logprobs) == 16, chunks[:2]
         assert all(math.isfinite(lp["logprob"]) for lp in logprobs), logprobs
 
+        # The server read the tiny shape: 2 x 64 wide, SmolLM2's vocabulary, the plan's
+        # parameters (llama.cpp counts every tensor element).
+        (meta,) = [m["meta"] for m in requests.get(base + "/v1/models", timeout=10).json()["data"]]
+        assert (meta["n_vocab"], meta["n_embd"], meta["n_ctx_train"]) == (49152, 64, 2048)
+        assert meta["n_params"] == 6_414_656 and meta["ftype"] == "Q4_0"
+
         props = requests.get(base + "/props", timeout=10).json()
         assert props["chat_template"] == _chat_template(real_parts["model"])
     finally:
