@@ -23,10 +23,12 @@ not depend on ``--jobs``: the same arguments give the same bytes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import math
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from collections import deque
@@ -258,7 +260,7 @@ def write(shape_name: str, quant: str, seed: int, out: Path, tokenizer: Path, jo
     t0 = time.perf_counter()
     shape = SHAPES[shape_name]
     if layers is not None:  # timing runs: the first ``layers`` blocks only
-        shape = Shape(**{**shape.__dict__, "n_layer": layers})
+        shape = dataclasses.replace(shape, n_layer=layers)
     qtype = QUANTS[quant]
     tok_keys, vocab = read_tokenizer(tokenizer)
     plan = tensor_plan(shape, vocab)
@@ -293,28 +295,37 @@ def write(shape_name: str, quant: str, seed: int, out: Path, tokenizer: Path, jo
 
     tmp = out.with_name(out.name + ".tmp")
     out.parent.mkdir(parents=True, exist_ok=True)
-    w.write_header_to_file(tmp)
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    assert w.fout is not None
-    fout = w.fout[0]
-    align = w.data_alignment
-    w.write_padding(fout, fout.tell())
-    written = [0] * len(plan)
-    last = -1
-    for i, data in tensor_bytes(plan, shape, seed, qtype, jobs):
-        if i != last and last >= 0:  # the previous tensor is complete: pad it
-            assert written[last] == nbytes(plan[last], qtype), plan[last].name
-            w.write_padding(fout, written[last], align)
-        fout.write(data)
-        written[i] += len(data)
-        last = i
-    assert written[last] == nbytes(plan[last], qtype), plan[last].name
-    w.write_padding(fout, written[last], align)
-    fout.flush()
-    os.fsync(fout.fileno())
-    w.close()
-    os.replace(tmp, out)
+    try:
+        w.write_header_to_file(tmp)
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        assert w.fout is not None
+        fout = w.fout[0]
+        w.write_padding(fout, fout.tell())  # tensor data starts aligned
+        written = [0] * len(plan)
+
+        def finish(i: int) -> None:  # tensor i is complete: check its size, pad it
+            if written[i] != nbytes(plan[i], qtype):
+                raise RuntimeError(f"{plan[i].name}: {written[i]} bytes written, "
+                                   f"{nbytes(plan[i], qtype)} planned")
+            w.write_padding(fout, written[i], w.data_alignment)
+
+        last = -1
+        for i, data in tensor_bytes(plan, shape, seed, qtype, jobs):
+            if i != last and last >= 0:
+                finish(last)
+            fout.write(data)
+            written[i] += len(data)
+            last = i
+        finish(last)
+        fout.flush()
+        os.fsync(fout.fileno())
+        w.close()
+        os.replace(tmp, out)
+    except BaseException:
+        w.close()
+        tmp.unlink(missing_ok=True)
+        raise
     return {"elapsed_s": time.perf_counter() - t0, "bytes": out.stat().st_size,
             "tensors": len(plan), "params": parameter_count(plan), "vocab": vocab}
 
@@ -361,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--out is required")
     if a.tokenizer_from is None:
         p.error("--tokenizer-from or $SMOLLM2_GGUF is required (bash scripts/realparts.sh)")
+    # SIGTERM unwinds like Ctrl-C, so that the partial OUT.tmp is removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     r = write(a.shape, a.quant, a.seed, a.out, a.tokenizer_from, max(1, a.jobs), a.layers)
     print(f"{a.out}: {r['bytes']:,} bytes ({r['bytes'] / 2**30:.2f} GiB), {r['tensors']} "
           f"tensors, {r['params']:,} parameters (vocab {r['vocab']:,}), "
