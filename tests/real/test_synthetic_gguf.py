@@ -16,10 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import requests
-
-pytestmark = pytest.mark.real
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "synthetic_gguf.py"

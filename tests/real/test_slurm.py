@@ -14,8 +14,6 @@ import pytest
 
 from abbench.campaign import slurm
 
-pytestmark = pytest.mark.real
-
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm-local.sh"
 
 
