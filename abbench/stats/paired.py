@@ -30,9 +30,6 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as sps
 
-from abbench.config.stats import StatsConfig
-from abbench.model.metrics import MetricSpec
-
 Verdict = Literal["changed", "within_noise", "inconclusive", "too_few_rounds"]
 VERDICTS: tuple[Verdict, ...] = ("changed", "within_noise", "inconclusive", "too_few_rounds")
 
@@ -415,13 +412,6 @@ def adjust(comps: Sequence[Comparison]) -> list[Comparison]:
         out[k] = replace(c, p=pa, verdict=verdict, comparisons=len(idx), rounds_needed=need,
                          better=c.better if verdict == "changed" else None)
     return out
-
-
-def watched(spec: MetricSpec, settings: StatsConfig) -> bool:
-    """Whether --until-ci watches this metric."""
-    if settings.until_metrics is not None:
-        return spec.name in settings.until_metrics
-    return spec.table
 
 
 
