@@ -121,6 +121,11 @@ class TableFormat(str, Enum):
     csv = "csv"
 
 
+class RowsOpt(str, Enum):
+    table = "table"
+    all = "all"
+
+
 class XAxisOpt(str, Enum):
     time = "time"
     commit = "commit"
@@ -153,12 +158,14 @@ def report(
     fmt: Annotated[TableFormat, typer.Option("--format", help="md, json or csv")] =
     TableFormat.md,
     baseline: Annotated[str | None, typer.Option(help="arm to compare against")] = None,
+    rows: Annotated[RowsOpt, typer.Option("--rows", help="table: the run's table: rows; "
+                                          "all: every recorded metric")] = RowsOpt.table,
 ) -> Output:
     """Re-render a stored run's table from its samples alone.
 
-    Example: abbench report 20261129-2319 --format csv --baseline q8
+    Example: abbench report 20261129-2319 --format csv --baseline q8 --rows all
     """
-    return commands.report(run_ref, results, fmt=fmt.value, baseline=baseline)
+    return commands.report(run_ref, results, fmt=fmt.value, baseline=baseline, rows=rows.value)
 
 
 @app.command()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from abbench.campaign.calibrate import calibrate
 from abbench.campaign.progress import make_progress
@@ -128,10 +129,12 @@ def list_runs(results: Path, *, label: str | None, since: str | None,
     return out
 
 
-def report(run_ref: str, results: Path, *, fmt: Format, baseline: str | None) -> Output:
+def report(run_ref: str, results: Path, *, fmt: Format, baseline: str | None,
+           rows: Literal["table", "all"] = "table") -> Output:
     """``abbench report``: a stored run's table, computed again from its samples."""
     problems: list[str] = []
-    table = run_table(open_run(run_ref, results), baseline=baseline, problems=problems)
+    table = run_table(open_run(run_ref, results), baseline=baseline, problems=problems,
+                      rows=rows)
     out = Output(render(table, fmt))
     out.warn(problems)
     return out

@@ -142,6 +142,7 @@ class Campaign:
             "baseline": self.cfg.baseline_name,
             "rounds": rounds,
             "reps": self.cfg.reps,
+            "table": self.cfg.table.model_dump(mode="json"),
             "order": self.cfg.order,
             "seed": seed,
             "schedule": [[s.round, s.position, s.arm] for s in schedule],

@@ -13,15 +13,19 @@ from abbench.config.schema import Config
 from abbench.config.stats import StatsConfig
 from abbench.model.schedule import Slot, make_schedule
 from abbench.report.table import build_table
-from abbench.stats.paired import Comparison, watched
+from abbench.stats.paired import Comparison
 from abbench.stats.stopping import block_size, look_alpha, max_rounds, planned_looks, stop_reason
 from abbench.store.run import Run
 
 
 def watched_comparisons(records: list[dict[str, Any]], meta: dict[str, Any],
                         settings: StatsConfig) -> list[Comparison | None]:
+    """The cells --until-ci watches, with the report's own verdicts: the rows the table
+    shows, or every row of ``until_metrics`` when given."""
     table = build_table(records, meta, settings=settings)
-    return [cell.comparison for row in table.rows if watched(row.spec, settings)
+    rows = table.rows if settings.until_metrics is None else [
+        r for r in table.rows + table.hidden if r.metric in settings.until_metrics]
+    return [cell.comparison for row in rows if not row.spec.denominator
             for arm, cell in row.cells.items() if arm != table.baseline]
 
 

@@ -7,9 +7,6 @@ from typing import Any
 
 from abbench.slot import SlotContext
 
-SERVER_ROW = "server"  # the workload name of a whole-server-life window
-
-
 
 def base_fields(ctx: SlotContext) -> dict[str, Any]:
     s = ctx.slot

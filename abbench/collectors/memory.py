@@ -15,8 +15,9 @@ from typing import Any
 
 import psutil
 
-from abbench.collectors.base import SERVER_ROW, Collector, WindowState, record_window
+from abbench.collectors.base import Collector, WindowState, record_window
 from abbench.config.collectors import RssSettings, VramSettings
+from abbench.model.rows import SERVER_ROW
 from abbench.slot import SlotContext
 
 MIB = 1024 * 1024

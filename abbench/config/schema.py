@@ -32,7 +32,7 @@ from abbench import registry
 from abbench.config.collectors import CollectorSettings
 from abbench.config.presets import get_preset, with_overrides
 from abbench.config.quality import FingerprintConfig, QualityConfig
-from abbench.config.stats import StatsConfig
+from abbench.config.stats import StatsConfig, TableConfig
 from abbench.errors import ConfigError
 from abbench.model.rows import RowKey
 
@@ -202,6 +202,8 @@ class Config(_Frozen):
     results: str = "results"
     vars: dict[str, str] = Field(default_factory=dict)
     # -- statistics (verdicts, noise band, until-ci): fields below this line
+    table: TableConfig = Field(default_factory=TableConfig, description="rows of the PR "
+                               "table and their order (metrics: [...])")
     stats: StatsConfig = Field(default_factory=StatsConfig, description="verdicts: alpha, "
                                "noise_band(s); rounds until confident: until_ci, max_rounds")
 

@@ -61,3 +61,23 @@ class StatsConfig(BaseModel):
         return self.noise_bands.get(metric, self.noise_band)
 
 
+
+
+#: what ``table: metrics:`` may name besides metric names: families of rows
+FAMILIES = ("decode_tok_s", "ttft_ms", "prefill_tok_s", "side_call_ms", "vram", "misses",
+            "quality", "other")
+
+
+class TableConfig(BaseModel):
+    """``table:`` in arms.yaml: which rows the PR table shows, in this order. The
+    others stay in the details and report.json, and any of them that changed is named
+    in one line under the table."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    metrics: list[str] = Field(
+        default_factory=lambda: ["decode_tok_s", "vram", "misses", "quality", "other"],
+        min_length=1, description="families (decode_tok_s, ttft_ms, prefill_tok_s, "
+        "side_call_ms, vram: peak VRAM once per server life, else peak RSS; misses: one "
+        "misses/token source; quality; other: every other table metric, load rows and "
+        "counters of your own) or metric names")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+#: the row id of a whole-server-life window (peak memory over the life, for instance)
+SERVER_ROW = "server"
+
 
 class RowKey(NamedTuple):
     """What one workload row measures: the row id stored with each sample (e.g.

@@ -24,19 +24,19 @@ def render(table: Table, fmt: Format) -> str:
 
 
 def table_of(records: list[dict[str, Any]], meta: dict[str, Any], *,
-             baseline: str | None = None) -> Table:
+             baseline: str | None = None, rows: Literal["table", "all"] = "table") -> Table:
     """The table of a run's records, as the run itself renders it: Pinpoint's rule
     leaves a round with a failed (arm, round) pair out of the comparison whole, and
     the notes say which pair failed and why."""
-    table = build_table(comparable_records(records, meta), meta, baseline=baseline)
+    table = build_table(comparable_records(records, meta), meta, baseline=baseline, rows=rows)
     table.notes.extend(fault_notes(records, meta))
     return table
 
 
-def run_table(run: Run, *, baseline: str | None = None,
-              problems: list[str] | None = None) -> Table:
+def run_table(run: Run, *, baseline: str | None = None, problems: list[str] | None = None,
+              rows: Literal["table", "all"] = "table") -> Table:
     """A stored run's table, computed again from its samples."""
-    return table_of(run.records(problems), run.meta(), baseline=baseline)
+    return table_of(run.records(problems), run.meta(), baseline=baseline, rows=rows)
 
 
 def parse_run_arm(ref: str, results: Path) -> tuple[Run, str | None]:

@@ -24,6 +24,9 @@ def render_json(table: Table) -> str:
                 "label": r.label,
                 "unit": r.spec.unit,
                 "direction": r.spec.direction,
+                "shown": shown,
+                "context": r.key.context,
+                "decode_tokens": r.key.decode_tokens,
                 "cells": {
                     a: {
                         "rounds": c.rounds,
@@ -35,7 +38,7 @@ def render_json(table: Table) -> str:
                     for a, c in r.cells.items()
                 },
             }
-            for r in table.rows
+            for rows, shown in ((table.rows, True), (table.hidden, False)) for r in rows
         ],
         "invalid": table.invalid,
         "failed": [{"arm": f["arm"], "round": f["round"], "reason": f.get("reason")}
@@ -56,7 +59,7 @@ def render_csv(table: Table) -> str:
     w.writerow(["run_id", "workload", "metric", "label", "unit", "direction", "arm",
                 "arm_label", "is_baseline", "rounds", "values", "mean", "min", "max",
                 *(f"cmp_{k}" for k in cmp_fields)])
-    for r in table.rows:
+    for r in table.rows + table.hidden:
         for arm in table.arms:
             c = r.cells.get(arm)
             if c is None:

@@ -6,7 +6,13 @@ from __future__ import annotations
 from abbench.report import quality_text
 from abbench.report.table import Row, Table
 from abbench.report.text import fmt_values, md_escape
-from abbench.report.verdicts import details_lines, legend_lines, render_comparison
+from abbench.report.verdicts import (
+    also_changed,
+    details_lines,
+    legend_lines,
+    render_comparison,
+    rounds_line,
+)
 
 
 def render_cell(row: Row, arm: str) -> str:
@@ -30,7 +36,13 @@ def render_markdown(table: Table) -> str:
         cells = [render_cell(row, a) for a in table.arms]
         lines.append(f"| {md_escape(row.label)} | " + " | ".join(cells) + " |")
     lines.append("")
+    extra = also_changed(table)
+    if extra:
+        lines += [extra, ""]
     lines.extend(legend_lines(table))
+    need = rounds_line(table)
+    if need:
+        lines.append(need)
     if table.invalid:
         parts = ", ".join(f"{md_escape(table.labels[a])}: {n}" for a, n in table.invalid.items())
         lines.append(f"Invalid samples (wrong token count or failed; left out): {parts}.")

@@ -11,15 +11,17 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from abbench.config.stats import StatsConfig
+from abbench.config.schema import format_context
+from abbench.config.stats import StatsConfig, TableConfig
 from abbench.errors import ConfigError
 from abbench.model.metrics import MetricSpec, catalogue, spec
 from abbench.model.rounds import round_values
+from abbench.model.rows import SERVER_ROW, RowKey
 from abbench.report import quality
 from abbench.report.notes import collector_notes, run_notes, side_call_notes
-from abbench.stats.paired import Comparison, apply_holm, compare
+from abbench.stats.paired import Comparison, adjust, compare
 
 
 @dataclass
@@ -40,6 +42,8 @@ class Row:
     metric: str
     spec: MetricSpec
     cells: dict[str, Cell]
+    #: what the row measures (from its samples; a whole-server-life row has no context)
+    key: RowKey = field(default_factory=lambda: RowKey(""))
     #: P/T rows (spec.denominator): arm -> round -> total, and the arm compared against
     totals: dict[str, dict[int, float]] | None = None
     baseline: str | None = None
@@ -47,7 +51,7 @@ class Row:
     @property
     def label(self) -> str:
         unit = f" ({self.spec.unit})" if self.spec.unit else ""
-        if self.workload == "server":
+        if self.workload == SERVER_ROW:
             return f"{self.spec.label}{unit}"
         if self.metric == "decode_tok_s":
             return f"{self.workload}{unit}"
@@ -60,8 +64,12 @@ class Table:
     arms: list[str]
     labels: dict[str, str]
     baseline: str
+    #: the rows the PR table shows, in order (``table:`` in the arms file)
     rows: list[Row]
     header: str
+    #: every other row: in the details and report.json, and named under the table
+    #: when one of its cells changed
+    hidden: list[Row] = field(default_factory=list)
     footer: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     failed_slots: list[dict[str, Any]] = field(default_factory=list)
@@ -71,8 +79,12 @@ class Table:
 
 def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
                 baseline: str | None = None, metrics: list[str] | None = None,
+                rows: Literal["table", "all"] = "table",
                 settings: StatsConfig | None = None) -> Table:
-    """``settings``: how verdicts are decided; default the run's stored ``stats``."""
+    """Every recorded (row, metric) compared, then split into the rows the table shows
+    and the hidden rest. ``metrics``: show exactly these metrics' rows; ``rows="all"``:
+    show every row; else the run's ``table:`` setting. ``settings``: how verdicts are
+    decided; default the run's stored ``stats``."""
     if settings is None:
         settings = StatsConfig.model_validate(meta.get("stats") or {})
     arms = [a["name"] for a in meta["arms"]]
@@ -84,33 +96,121 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
     arms = [base] + [a for a in arms if a != base]
     known = catalogue(records)  # labels of collectors' metrics of the user's own
     values = round_values(records)
-    rows: list[Row] = []
+    keys = row_keys(records)
+    every: list[Row] = []
     for (workload, metric), by_arm in values.items():
-        sp = spec(metric, known)
-        if metrics is not None:
-            if metric not in metrics:
-                continue
-        elif not sp.table:
-            continue
         cells = {arm: Cell(arm, sorted(by_arm[arm]), [by_arm[arm][r] for r in sorted(by_arm[arm])])
                  for arm in arms if arm in by_arm}
-        rows.append(Row(workload, metric, sp, cells))
-    compare_rows(rows, base, settings=settings)
-    score_rows(rows, values, base)
+        every.append(Row(workload, metric, spec(metric, known), cells,
+                         keys.get(workload, RowKey(workload))))
+    compare_rows(every, base, settings=settings)
+    score_rows(every, values, base)
+    if metrics is not None:
+        shown = [r for r in every if r.metric in metrics]
+    elif rows == "all":
+        shown = list(every)
+    else:
+        shown = pick_rows(every, TableConfig.model_validate(meta.get("table") or {}))
+    picked = {id(r) for r in shown}
 
     invalid: dict[str, int] = defaultdict(int)
     for rec in records:
         if rec.get("type") == "sample" and not rec.get("valid", False):
             invalid[rec["arm"]] += 1
     failed = [r for r in records if r.get("type") == "slot" and r.get("status") == "failed"]
-    table = Table(run_id=meta["id"], arms=arms, labels=labels, baseline=base, rows=rows,
-                  header=_header(meta), failed_slots=failed, invalid=dict(invalid))
+    table = Table(run_id=meta["id"], arms=arms, labels=labels, baseline=base, rows=shown,
+                  hidden=[r for r in every if id(r) not in picked], header=_header(meta),
+                  failed_slots=failed, invalid=dict(invalid))
     table.footer = _footer(records, meta)
     table.notes += collector_notes(records)  # unavailable metrics, drift signals
     table.notes += run_notes(meta)  # how --until-ci chose the rounds
     table.notes += side_call_notes(records, meta)
     table.quality = quality.summarize(records, arms, base, alpha=settings.alpha)
     return table
+
+
+MISSES = "misses_per_token"  # the preferred misses/token source; others are its variants
+
+
+def _memory_metric(rows: list[Row]) -> str:
+    """peak VRAM where any was measured, else the process tree's peak RSS."""
+    return "peak_vram_mib" if any(r.metric == "peak_vram_mib" for r in rows) else "peak_rss_mib"
+
+
+def _same_as(row: Row, other: Row | None) -> bool:
+    return other is not None and all(
+        c.rounds == o.rounds and c.values == o.values
+        for a, c in row.cells.items() for o in [other.cells.get(a)] if o is not None) \
+        and row.cells.keys() == other.cells.keys()
+
+
+def row_keys(records: list[dict[str, Any]]) -> dict[str, RowKey]:
+    """Row id -> what it measures, from the workload's own samples."""
+    out: dict[str, RowKey] = {}
+    for r in records:
+        if r.get("type") == "sample" and "collector" not in r and "context" in r \
+                and r.get("workload") not in out:
+            out[r["workload"]] = RowKey(r["workload"], r.get("context"), r.get("decode_tokens"),
+                                        "side_calls" in r)
+    return out
+
+
+def _title(row: Row) -> str:
+    """The workload a row belongs to, without its context: ``decode + side calls``."""
+    if row.key.context is None:
+        return row.workload
+    return row.workload.replace(f" {format_context(row.key.context)}", "", 1)
+
+
+def pick_rows(rows: list[Row], cfg: TableConfig) -> list[Row]:
+    """The PR table's rows: each family (or metric name) of ``cfg.metrics`` in turn.
+
+    Peak memory shows once per server life, and per workload only where that
+    workload's peak differs from the life's; misses/token shows one source
+    (``misses_per_token`` first, then the others by name) at each workload's longest
+    context, where the cache is under most pressure (the other contexts stay in the
+    details and, when changed, under the table)."""
+    memory = _memory_metric(rows)
+    server = {r.metric: r for r in rows if r.workload == SERVER_ROW}
+    source: dict[str, str] = {}  # row id -> its one misses/token source
+    longest: dict[str, Row] = {}  # workload title -> its longest-context misses row
+    for r in rows:
+        if r.metric.startswith(MISSES):
+            have = source.get(r.workload)
+            if have is None or (r.metric == MISSES or (have != MISSES and r.metric < have)):
+                source[r.workload] = r.metric
+    for r in rows:
+        if source.get(r.workload) == r.metric:
+            title = _title(r)
+            if title not in longest or (r.key.context or 0) > (longest[title].key.context or 0):
+                longest[title] = r
+    misses = {id(r) for r in longest.values()}
+    named = {"decode_tok_s", "ttft_ms", "prefill_tok_s", "side_call_ms"}
+
+    def family(name: str, r: Row) -> bool:
+        if name in named:
+            return r.metric == name
+        if name == "vram":
+            return r.metric == memory and (r.workload == SERVER_ROW
+                                           or not _same_as(r, server.get(memory)))
+        if name == "misses":
+            return id(r) in misses
+        if name == "quality":
+            return r.spec.denominator is not None
+        if name == "other":
+            return r.spec.table and r.metric not in named and r.spec.denominator is None \
+                and not r.metric.startswith(MISSES) and r.metric not in (
+                    "peak_vram_mib", "peak_rss_mib", "device_vram_mib")
+        return r.metric == name
+
+    out: list[Row] = []
+    taken: set[int] = set()
+    for name in cfg.metrics:
+        for r in rows:
+            if id(r) not in taken and family(name, r):
+                out.append(r)
+                taken.add(id(r))
+    return out
 
 
 def _header(meta: dict[str, Any]) -> str:
@@ -170,7 +270,8 @@ def score_rows(rows: list[Row], values: dict[tuple[str, str], dict[str, dict[int
 
 def compare_rows(rows: list[Row], baseline: str, *, settings: StatsConfig | None = None,
                  noise_band: float | None = None, alpha: float | None = None) -> None:
-    """Compare every non-baseline cell of ``rows`` with the baseline, Holm across all."""
+    """Compare every non-baseline cell of ``rows`` with the baseline; Benjamini-Hochberg
+    across all of them."""
     s = settings or StatsConfig()
     if noise_band is not None or alpha is not None:
         s = s.model_copy(update={k: v for k, v in (("noise_band", noise_band),
@@ -192,5 +293,5 @@ def compare_rows(rows: list[Row], baseline: str, *, settings: StatsConfig | None
             if c is not None:
                 cells.append(cell)
                 comps.append(c)
-    for cell, c in zip(cells, apply_holm(comps), strict=True):
+    for cell, c in zip(cells, adjust(comps), strict=True):
         cell.comparison = c

@@ -14,6 +14,8 @@ def md_escape(text: str) -> str:
 def fmt_values(sp: MetricSpec, values: list[float]) -> str:
     if not values:
         return "–"
+    if len(set(values)) == 1 and len(values) > 1:
+        return sp.fmt(values[0])  # every round gave the same value
     if len(values) <= 3:
         return " / ".join(sp.fmt(v) for v in values)
     return f"{sp.fmt(min(values))}-{sp.fmt(max(values))}"

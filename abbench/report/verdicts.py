@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from abbench.model.rows import SERVER_ROW
 from abbench.report.table import Table
 from abbench.report.text import md_escape
 from abbench.stats.paired import Comparison
@@ -17,37 +18,105 @@ def _pct(x: float, digits: int = 1) -> str:
     return f"{v if v != 0 else 0.0:+.{digits}f}"  # no "-0.0" for a change that rounds to 0
 
 
+#: beyond this many rounds a "?" cell says only that it needs many more
+MANY_ROUNDS = 200
+
+
+def more_rounds(c: Comparison) -> str:
+    """``~6 more rounds`` for an undecided cell, at the noise observed."""
+    if c.rounds_needed is None or c.rounds_needed > MANY_ROUNDS:
+        return f"needs >{MANY_ROUNDS} rounds"
+    return f"~{max(1, c.rounds_needed - c.n)} more round{'s' if c.rounds_needed - c.n > 1 else ''}"
+
+
 def render_comparison(c: Comparison) -> str:
-    """``(+2.8% [+2.1, +3.5]) ▲``; too few rounds say so instead of a verdict."""
+    """``(+2.8% [+2.1, +3.5]) ▲``, ``(-40.2%, exact) ▼``, ``(+0.3% [-2.1, +2.7]) ? ~6 more
+    rounds``."""
     if c.change is None:
         return "(no log-ratio: values <= 0)"
-    if c.lo is None or c.hi is None or not math.isfinite(c.lo):
+    if c.exact:
+        inner = f"{_pct(c.change)}%, exact"
+    elif c.lo is None or c.hi is None or not math.isfinite(c.lo):
         inner = f"{_pct(c.change)}%"
     else:
         inner = f"{_pct(c.change)}% [{_pct(c.lo)}, {_pct(c.hi)}]"
-    if c.verdict == "too_few_rounds":
-        return f"({inner}) n={c.n}: too few rounds"
+    if c.verdict in ("inconclusive", "too_few_rounds"):
+        return f"({inner}) ? {more_rounds(c)}"
     return f"({inner}) {c.mark}"
 
 
-def legend_lines(table: Table | None = None) -> list[str]:
-    comps = [c.comparison for r in (table.rows if table else []) for c in r.cells.values()
-             if c.comparison is not None]
-    m = max((c.comparisons for c in comps), default=0)
-    alpha = comps[0].alpha if comps else 0.05
-    bands = sorted({c.noise_band for c in comps}) or [0.01]
+def _comparisons(table: Table) -> list[Comparison]:
+    return [c.comparison for r in table.rows + table.hidden for c in r.cells.values()
+            if c.comparison is not None]
+
+
+def legend_lines(table: Table) -> list[str]:
+    comps = _comparisons(table)
+    if not comps:
+        return []
+    m = max(c.comparisons for c in comps)
+    alpha = comps[0].alpha
+    bands = sorted({c.noise_band for c in comps})
     band_s = "/".join(f"±{b * 100:g}%" for b in bands)
     return [
-        "Cells: per-round values (a / b) or their range (min-max); (±x% [lo, hi]) is the "
-        "change against the baseline, exp(mean of ln(arm/baseline) per round) - 1, with its "
-        "95% interval.",
-        f"▲ better / ▼ worse (by the metric's direction): changed, p < {alpha:g} after Holm's "
-        f"correction over {m} comparison(s) and the whole interval outside the noise band "
-        f"({band_s}; with outlier rounds the t test must agree); ≈ within noise (interval "
-        "inside the band); ? inconclusive (more rounds "
-        "needed); 'too few rounds': no distribution-free test can reach p < alpha with so "
-        "few rounds (2/2^n >= alpha).",
+        "Cells: each round's value (a / b), their range (min-max) or the one value every "
+        "round gave; (±x% [lo, hi]) is the change against the baseline with its 95% paired "
+        f"interval. ▲ better / ▼ worse: changed (the interval is beyond {band_s}, and "
+        f"Benjamini-Hochberg over the run's {m} compared cells keeps false \"changed\" "
+        f"under {alpha * 100:g}%); ≈ within noise (inside {band_s}); ? not decided yet "
+        "(about how many more rounds would decide it at the noise seen); exact: every round "
+        "gave the same value.",
     ]
+
+
+#: rows that mirror a shown one (the server's own timings, the device's memory)
+MIRRORS = ("server_decode_tok_s", "server_prefill_tok_s", "device_vram_mib")
+
+
+def also_changed(table: Table) -> str | None:
+    """One line naming, per arm, every changed cell of a row the table does not show:
+    ``Also changed: -b/-ub 2048: prefill 32K +58.2% ▲, TTFT 32K -36.8% ▲``. Rows that
+    only mirror a shown one (server timings, device VRAM, a workload's peak memory equal
+    to the server life's) are left to the details."""
+    shown_memory = {r.metric for r in table.rows if r.workload == SERVER_ROW}
+    per_arm: dict[str, list[str]] = {}
+    for row in table.hidden:
+        if row.metric in MIRRORS or (row.metric in shown_memory and row.workload != SERVER_ROW):
+            continue
+        for arm, cell in row.cells.items():
+            c = cell.comparison
+            if c is not None and c.verdict == "changed" and c.change is not None:
+                where = row.workload.removeprefix("decode ")  # "TTFT 32K + side calls"
+                label = f"{row.spec.label} {where}" if row.workload != SERVER_ROW \
+                    else row.spec.label
+                per_arm.setdefault(arm, []).append(f"{md_escape(label)} {_pct(c.change)}% "
+                                                   f"{c.mark}")
+    if not per_arm:
+        return None
+    parts = [f"{md_escape(table.labels.get(a, a))}: {', '.join(v)}" for a, v in per_arm.items()]
+    return "Also changed (rows not in the table; figures in the details): " + \
+        "; ".join(parts) + "."
+
+
+def rounds_line(table: Table) -> str | None:
+    """How many rounds in all the table's undecided cells would likely need."""
+    need = [c for r in table.rows for cell in r.cells.values()
+            for c in [cell.comparison] if c is not None
+            and c.verdict in ("inconclusive", "too_few_rounds")]
+    if not need:
+        return None
+    n = max(c.n for c in need)
+    known = sorted(c.rounds_needed for c in need if c.rounds_needed is not None)
+    within = [k for k in known if k <= MANY_ROUNDS]
+    text = f"Undecided cells: {len(need)} (this run has {n} rounds)"
+    if within:
+        text += f"; at the noise observed, about {max(within)} rounds in all would likely " \
+            f"decide {'them' if len(within) == len(need) else f'{len(within)} of them'}"
+    if len(within) < len(need):
+        k = len(need) - len(within)
+        text += f"; {k} {'sits' if k == 1 else 'sit'} so close to the band's edge that more " \
+            f"than {MANY_ROUNDS} would be needed"
+    return text + "."
 
 
 def _f(x: float | None, fmt: str = ".3g") -> str:
@@ -56,11 +125,11 @@ def _f(x: float | None, fmt: str = ".3g") -> str:
 
 def details_lines(table: Table) -> list[str]:
     """Per row and arm: n, p, test, cross-check, outliers, CV, drift and warnings."""
-    lines = ["| row | arm | n | verdict | p (Holm) | test | Wilcoxon p / HL [interval] | "
+    lines = ["| row | arm | n | verdict | p beyond band (BH) | test | Wilcoxon p / HL [interval] | "
              "sd(d) | outlier rounds | drift across run | warnings |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     any_row = False
-    for row in table.rows:
+    for row in table.rows + table.hidden:
         for arm, cell in row.cells.items():
             c = cell.comparison
             if c is None:

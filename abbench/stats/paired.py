@@ -1,20 +1,22 @@
 """Verdicts that can be trusted: an arm against the baseline, paired by round.
 
-Pure functions: arrays in, result objects out; rendering is separate (the
-``render_*``, ``legend_lines`` and ``details_lines`` helpers at the end).
+Pure functions: arrays in, result objects out; :mod:`abbench.report.verdicts`
+renders them.
 
 For each round both arms ran, d = ln(arm / baseline) (reps already averaged
-within the round). The change is exp(mean d) - 1 with a t interval; the
-Wilcoxon signed-rank test with its Hodges–Lehmann estimate and exact interval is
-the distribution-free cross-check, and replaces the t-test when d has outliers.
-Verdicts (criterion.rs, Pinpoint):
+within the round). The change is exp(mean d) - 1 with its paired t interval,
+valid from two rounds. Verdicts:
 
-- ``changed``: p (Holm-adjusted across the table) < alpha AND the whole
-  interval lies outside the noise band;
+- ``changed``: the whole interval lies outside the noise band, and the p of
+  "beyond the band" survives Benjamini-Hochberg over the table's cells;
 - ``within_noise``: the whole interval lies inside the band;
-- ``inconclusive``: neither (more rounds needed);
-- ``too_few_rounds``: with n rounds no distribution-free test can reach alpha
-  (the exact signed-rank test's smallest two-sided p is 2/2^n, as asv checks).
+- ``inconclusive``: neither; ``rounds_needed`` says about how many rounds would decide;
+- ``too_few_rounds``: one round, no interval.
+
+Rounds that agree exactly (memory in MiB, token counts) decide at n = 2. The
+Wilcoxon signed-rank test with the Hodges–Lehmann estimate is the distribution-free
+cross-check: it can hold back a verdict that rests on outlier rounds, never veto
+one that both estimates support.
 """
 
 from __future__ import annotations
@@ -27,9 +29,6 @@ from typing import Any, Literal
 
 import numpy as np
 from scipy import stats as sps
-
-from abbench.config.stats import StatsConfig
-from abbench.model.metrics import MetricSpec
 
 Verdict = Literal["changed", "within_noise", "inconclusive", "too_few_rounds"]
 VERDICTS: tuple[Verdict, ...] = ("changed", "within_noise", "inconclusive", "too_few_rounds")
@@ -219,10 +218,55 @@ def rounds_needed(sigma: float, delta: float, *, alpha: float = 0.05, power: flo
 # ------------------------------------------------------------------ comparison
 
 
+def benjamini_hochberg(pvalues: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (step-up), in the input order: calling
+    "changed" where the adjusted p < alpha keeps the expected share of false
+    "changed" cells at most alpha, and is the family-wise rule when every cell is an
+    A/A (all nulls true)."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda k: pvalues[k], reverse=True)
+    out = [0.0] * m
+    running = 1.0
+    for rank, k in enumerate(order):
+        running = min(running, pvalues[k] * m / (m - rank))
+        out[k] = min(1.0, running)
+    return out
+
+
+def p_beyond_band(mean: float, sd: float, n: int, band: float) -> float:
+    """Two-sided-convention p of "the effect lies beyond the band": twice the
+    one-sided t-test p of mean(d) against the band edge on the estimate's side. The 95%
+    t interval lies wholly outside the band exactly when this is below 0.05. ``band``
+    and ``mean`` are on the log scale; sd 0 (every round the same log-ratio) gives 0 or 1."""
+    edge = band if mean >= 0 else -band
+    if n < 2:
+        return 1.0
+    if sd == 0.0:
+        return 0.0 if abs(mean) > band else 1.0
+    t = (mean - edge) / (sd / math.sqrt(n))
+    return float(min(1.0, 2 * sps.t.sf(abs(t), n - 1))) if abs(mean) > band else 1.0
+
+
+def rounds_to_decide(mean: float, sd: float, band: float, *, alpha: float = 0.05,
+                     max_n: int = 10000) -> int | None:
+    """About how many rounds in all would decide a cell at this estimate and noise:
+    the smallest n whose t half-width clears the band (beyond it for "changed",
+    inside it for "within noise"); None when no n up to ``max_n`` would."""
+    gap = abs(abs(mean) - band)
+    if not math.isfinite(sd) or gap == 0:
+        return None
+    if sd == 0:
+        return 2
+    for n in range(2, max_n + 1):
+        if float(sps.t.ppf(1 - alpha / 2, n - 1)) * sd / math.sqrt(n) < gap:
+            return n
+    return None
+
+
 @dataclass(frozen=True)
 class Comparison:
     """An arm against the baseline over the rounds both ran. Changes are fractions
-    (0.028 = +2.8%); ``lo``/``hi`` are the interval of the test that gave ``p``."""
+    (0.028 = +2.8%); ``lo``/``hi`` are the 95% paired t interval."""
 
     n: int
     verdict: Verdict
@@ -231,7 +275,9 @@ class Comparison:
     hi: float | None
     #: half-width of the t interval on the log scale (what --until-ci compares)
     half_width: float | None
+    #: p of "beyond the band" after Benjamini-Hochberg over the table's cells
     p: float | None
+    #: the same before the adjustment
     p_raw: float | None
     test: str
     alpha: float
@@ -239,6 +285,7 @@ class Comparison:
     #: "better" / "worse" by the metric's direction when changed, else None
     better: bool | None
     sd_log: float | None
+    #: t test of "no change" (mean d = 0), for the details
     t_p: float | None
     t_lo: float | None
     t_hi: float | None
@@ -246,7 +293,12 @@ class Comparison:
     hl: float | None
     hl_lo: float | None
     hl_hi: float | None
-    smallest_p: float
+    #: every round gave both arms the same log-ratio (memory in MiB, token counts):
+    #: the rounds agree exactly, and two of them decide
+    exact: bool
+    #: about how many rounds in all would decide an inconclusive cell (None: decided,
+    #: or no number of rounds would at this estimate)
+    rounds_needed: int | None
     comparisons: int
     outliers: dict[str, list[int]]
     cv: dict[str, float]
@@ -256,7 +308,7 @@ class Comparison:
     @property
     def mark(self) -> str:
         return {"changed": "▲" if self.better else "▼", "within_noise": "≈",
-                "inconclusive": "?", "too_few_rounds": ""}[self.verdict]
+                "inconclusive": "?", "too_few_rounds": "?"}[self.verdict]
 
 
 def _frac(x: float) -> float:
@@ -266,7 +318,17 @@ def _frac(x: float) -> float:
 def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: str = "higher",
             alpha: float = 0.05, noise_band: float = 0.01, base_name: str = "baseline",
             arm_name: str = "arm") -> Comparison | None:
-    """The paired comparison of one cell (before Holm; :func:`compare_rows` adjusts)."""
+    """The paired comparison of one cell, before the table's multiplicity adjustment
+    (:func:`adjust`, which :func:`abbench.report.table.compare_rows` applies).
+
+    The verdict rests on the paired t interval of d = ln(arm / baseline), valid from
+    two rounds: "changed" when it lies wholly outside the noise band, "within noise"
+    when wholly inside, "inconclusive" otherwise. Rounds that agree exactly decide at
+    n = 2. The Wilcoxon signed-rank test with its Hodges-Lehmann interval is the
+    distribution-free cross-check: where d has outlier rounds and that interval
+    reaches into the band while the t interval clears it, the cell stays inconclusive
+    (with a warning); where both clear it, an outlier never vetoes the verdict.
+    """
     rounds, d = log_ratios(base, arm) if base and arm else ([], np.array([]))
     warnings: list[str] = []
     outl: dict[str, list[int]] = {}
@@ -288,69 +350,68 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     outl["d"] = outlier_rounds(rounds, list(d), floor=math.log1p(noise_band) / 4)
     t = t_interval(d, alpha)
     w = wilcoxon_hl(d, alpha)
-    robust = bool(outl["d"]) and n >= 6  # outliers in d: Wilcoxon/HL decides
-    if robust:
-        test, est, lo, hi, p = "Wilcoxon signed-rank (outliers in d)", w.hl, w.lo, w.hi, w.p
-    else:
-        test, est, lo, hi, p = "paired t on log-ratios", t.mean, t.lo, t.hi, t.p
-    min_p = smallest_p(n)
     band = math.log1p(noise_band)
-    if n < 2 or min_p >= alpha:
+    exact = n >= 2 and t.sd == 0.0
+    p_band = p_beyond_band(t.mean, t.sd, n, band)
+    test = "exact (every round the same log-ratio)" if exact else "paired t on log-ratios"
+    if n < 2:
         verdict: Verdict = "too_few_rounds"
-    elif lo > band or hi < -band:
-        # When Wilcoxon/HL decides, the data are suspect: "changed" also needs the t test
-        # (p < alpha, interval beyond the band on the same side). Alone, Wilcoxon at
-        # n = 6 says "changed" whenever all six rounds fall on one side, which an A/A
-        # run does 1 time in 32.
-        agree = not robust or (t.p < alpha and (t.lo > band if lo > band else t.hi < -band))
-        verdict = "changed" if p < alpha and agree else "inconclusive"
-    elif lo >= -band and hi <= band:
+    elif t.lo > band or t.hi < -band:
+        verdict = "changed"
+        robust_clear = w.lo > band if t.lo > band else w.hi < -band
+        if outl["d"] and math.isfinite(w.lo) and not robust_clear:
+            verdict = "inconclusive"
+            warnings.append("outlier rounds in d: the Hodges-Lehmann interval "
+                            f"[{_frac(w.lo) * 100:+.1f}%, {_frac(w.hi) * 100:+.1f}%] reaches "
+                            "into the band while the t interval clears it")
+    elif t.lo >= -band and t.hi <= band:
         verdict = "within_noise"
     else:
         verdict = "inconclusive"
     if (t.p < alpha) != (w.p < alpha) and n >= 6:
         warnings.append(f"t-test p {t.p:.3g} and Wilcoxon p {w.p:.3g} disagree at alpha "
                         f"{alpha:g}")
-    change = _frac(est)
+    change = _frac(t.mean)
     for name, dr in drifts.items():
         if dr is not None and abs(dr) > max(abs(change), noise_band):
             warnings.append(f"{name} drifted {dr * 100:+.1f}% across the run, more than the "
                             f"effect ({change * 100:+.1f}%)")
     half = (t.hi - t.lo) / 2 if math.isfinite(t.hi) else math.inf
-    better = None
-    if verdict == "changed":
-        better = (est > 0) == (direction == "higher")
     return Comparison(
-        n=n, verdict=verdict, change=change, lo=_frac(lo), hi=_frac(hi), half_width=half,
-        p=p, p_raw=p, test=test, alpha=alpha, noise_band=noise_band, better=better,
+        n=n, verdict=verdict, change=change, lo=_frac(t.lo), hi=_frac(t.hi), half_width=half,
+        p=p_band, p_raw=p_band, test=test, alpha=alpha, noise_band=noise_band,
+        better=(t.mean > 0) == (direction == "higher") if verdict == "changed" else None,
         sd_log=t.sd if math.isfinite(t.sd) else None, t_p=t.p, t_lo=_frac(t.lo),
         t_hi=_frac(t.hi), wilcoxon_p=w.p, hl=_frac(w.hl), hl_lo=_frac(w.lo), hl_hi=_frac(w.hi),
-        smallest_p=min_p, comparisons=1, outliers=outl, cv=cvs, drift=drifts,
-        warnings=tuple(warnings))
+        exact=exact,
+        rounds_needed=rounds_to_decide(t.mean, t.sd, band, alpha=alpha)
+        if verdict in ("inconclusive", "too_few_rounds") else None,
+        comparisons=1, outliers=outl, cv=cvs, drift=drifts, warnings=tuple(warnings))
 
 
-def apply_holm(comps: Sequence[Comparison]) -> list[Comparison]:
-    """Holm-adjust the p of every comparison that can reach a verdict, and re-decide
-    ``changed`` with the adjusted p."""
-    idx = [k for k, c in enumerate(comps) if c.p_raw is not None
-           and c.verdict != "too_few_rounds"]
+def adjust(comps: Sequence[Comparison]) -> list[Comparison]:
+    """Benjamini-Hochberg over every cell that has an interval: a "changed" cell whose
+    adjusted p of "beyond the band" is not below alpha becomes inconclusive.
+
+    An exact cell inside the band (every round the same log-ratio, within the band)
+    has no sampling noise and cannot become a false "changed": it is left out of the
+    family, so that a table full of equal memory and token counts does not dilute the
+    rows that were measured with noise."""
+    idx = [k for k, c in enumerate(comps) if c.p_raw is not None and c.n >= 2
+           and not (c.exact and c.verdict == "within_noise")]
     out = list(comps)
-    adj = holm([comps[k].p_raw for k in idx])  # type: ignore[misc]
+    adj = benjamini_hochberg([comps[k].p_raw for k in idx])  # type: ignore[misc]
     for k, pa in zip(idx, adj, strict=True):
         c = comps[k]
         verdict = c.verdict
         if verdict == "changed" and pa >= c.alpha:
             verdict = "inconclusive"
-        out[k] = replace(c, p=pa, verdict=verdict, comparisons=len(idx),
+        need = c.rounds_needed
+        if verdict == "inconclusive" and need is None and c.verdict == "changed":
+            need = c.n + 1  # decided at alpha, not yet after the adjustment
+        out[k] = replace(c, p=pa, verdict=verdict, comparisons=len(idx), rounds_needed=need,
                          better=c.better if verdict == "changed" else None)
     return out
-
-
-def watched(spec: MetricSpec, settings: StatsConfig) -> bool:
-    """Whether --until-ci watches this metric."""
-    if settings.until_metrics is not None:
-        return spec.name in settings.until_metrics
-    return spec.table
 
 
 

@@ -54,7 +54,9 @@ def test_golden_markdown():
     table = build_table(recs, META)
     check_golden("report_basic.md", render_markdown(table))
     data = json.loads(render_json(table))
-    assert data["baseline"] == "prod" and len(data["rows"]) == 2
+    # every row is in report.json: the two shown, and the server timings beside them
+    assert data["baseline"] == "prod" and len([r for r in data["rows"] if r["shown"]]) == 2
+    assert len(data["rows"]) == 4
     assert data["rows"][0]["cells"]["prod"]["values"] == pytest.approx([51.15, 51.5, 51.35])
 
 
@@ -72,6 +74,6 @@ def test_baseline_override_moves_the_column():
     recs = records({"prod": [[10.0], [10.0]], "pr": [[11.0], [11.0]]})
     table = build_table(recs, META, baseline="pr")
     assert table.arms == ["pr", "prod"]
-    assert "(-9.1% [" in render_markdown(table)  # change and interval (stats verdicts)
+    assert "(-9.1%, exact) ▼" in render_markdown(table)  # every round the same: exact
 
 

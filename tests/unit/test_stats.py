@@ -86,7 +86,7 @@ def test_hl_interval_is_unbounded_when_alpha_is_unreachable() -> None:
     assert math.isinf(w.lo) and math.isinf(w.hi)
 
 
-def test_holm_by_hand() -> None:
+def test_holm_by_hand_kept_for_the_docs() -> None:
     # sorted: .005*4=.02, .01*3=.03, .03*2=.06, .04*1=.04 -> running max .06
     assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert stats.holm([0.5]) == [0.5]
@@ -141,31 +141,36 @@ def test_verdict_within_noise_inconclusive_too_few() -> None:
     noisy = np.array([0.05, -0.04, 0.03, -0.02, 0.06, -0.05, 0.01, 0.02])
     c = compare(*_pair(noisy))
     assert c is not None and c.verdict == "inconclusive"
-    # 5 rounds of a huge effect: p could be tiny for t, but 2/2^5 > 0.05 -> too few
+    # 5 rounds of a huge effect: the t interval is valid from 2 rounds and decides it
+    # (the signed-rank test's 2/2^5 floor no longer gates a verdict)
     c = compare(*_pair(np.full(5, 0.3) + np.arange(5) * 0.001))
-    assert c is not None and c.verdict == "too_few_rounds" and c.smallest_p == 2 ** -4
+    assert c is not None and c.verdict == "changed" and c.test.startswith("paired t")
+    # one round: no interval, no verdict
+    c = compare(*_pair(np.array([0.3])))
+    assert c is not None and c.verdict == "too_few_rounds" and c.rounds_needed is None
 
 
-def test_outlier_in_d_switches_to_wilcoxon() -> None:
+def test_outlier_in_d_is_flagged_and_the_t_interval_stays_the_estimate() -> None:
     d = D.copy()
     d[3] = 0.5
     c = compare(*_pair(d))
-    assert c is not None and c.test.startswith("Wilcoxon") and c.outliers["d"] == [3]
-    assert c.change == pytest.approx(math.expm1(stats.wilcoxon_hl(d).hl))
+    assert c is not None and c.test.startswith("paired t") and c.outliers["d"] == [3]
+    assert c.change == pytest.approx(math.expm1(np.mean(d)))
+    assert c.hl == pytest.approx(math.expm1(stats.wilcoxon_hl(d).hl))
 
 
 def test_wilcoxon_alone_cannot_say_changed_when_t_disagrees() -> None:
     """A real A/A run (llama-server on a loaded 2-core VM, the same arm twice): the twin
     came out ahead in all six rounds, two log-ratios were flagged as outliers, and the
     Wilcoxon test (p = 2/64) with its HL interval cleared the band while the t interval
-    did not. With outliers the t test must agree: inconclusive, not changed."""
+    did not. The t interval decides: inconclusive, not changed."""
     base = dict(enumerate([51.201, 54.709, 49.954, 61.22, 69.28, 70.355]))
     twin = dict(enumerate([52.556, 63.27, 52.874, 70.158, 71.023, 72.256]))
     c = compare(base, twin)
-    assert c is not None and c.test.startswith("Wilcoxon") and c.outliers["d"] == [1, 3]
-    assert c.p == pytest.approx(2 / 64) and c.lo is not None and c.lo > 0.01  # HL clears
-    assert c.t_lo is not None and c.t_lo < 0.01  # the t interval does not
-    assert c.verdict == "inconclusive"
+    assert c is not None and c.test.startswith("paired t") and c.outliers["d"] == [1, 3]
+    assert c.wilcoxon_p == pytest.approx(2 / 64) and c.hl_lo is not None and c.hl_lo > 0.01
+    assert c.t_lo is not None and c.t_lo < 0.01  # the t interval does not clear the band
+    assert c.verdict == "inconclusive" and c.rounds_needed is not None
     # a clear effect with one wild round: Wilcoxon alone would say changed, the t test
     # (widened by the wild round) does not: inconclusive, and the report says why
     d = D.copy()
@@ -176,13 +181,24 @@ def test_wilcoxon_alone_cannot_say_changed_when_t_disagrees() -> None:
     assert compare(*_pair(D)).verdict == "changed"  # without it, t decides alone
 
 
-def test_holm_can_demote_changed() -> None:
+def test_benjamini_hochberg_by_hand() -> None:
+    p = [0.01, 0.04, 0.03, 0.005]
+    # sorted 0.005, 0.01, 0.03, 0.04 -> x4/1, x4/2, x4/3, x4/4, then running minimum
+    assert stats.benjamini_hochberg(p) == pytest.approx([0.02, 0.04, 0.04, 0.02])
+    assert stats.benjamini_hochberg([0.5]) == [0.5]
+
+
+def test_the_adjustment_can_demote_changed() -> None:
     b, a = _pair(np.array([0.02, 0.03, 0.019, 0.025, 0.021, 0.018, 0.04, 0.011]))
     c = compare(b, a, noise_band=0.001)
-    assert c is not None and c.verdict == "changed"
-    many = stats.apply_holm([c] * 400)
-    assert all(x.verdict == "inconclusive" and x.comparisons == 400 for x in many)
-    assert many[0].p == pytest.approx(min(1.0, 400 * c.p_raw))
+    null = compare(*_pair(np.array([0.001, -0.001, 0.0005, -0.0005, 0.0, 0.0002, -0.0002,
+                                    0.0001])), noise_band=0.001)
+    assert c is not None and null is not None and c.verdict == "changed"
+    assert c.p_raw is not None and 0.05 / 400 < c.p_raw < 0.05
+    out = stats.adjust([c] + [null] * 399)
+    assert out[0].verdict == "inconclusive" and out[0].comparisons == 400
+    assert out[0].p == pytest.approx(min(1.0, 400 * c.p_raw))
+    assert out[0].rounds_needed is not None and out[0].rounds_needed > c.n
 
 
 def test_per_metric_noise_band() -> None:
@@ -217,7 +233,8 @@ def test_table_cells_legend_details_and_json() -> None:
     row = next(line for line in md.splitlines() if line.startswith("| decode 32K (tok/s)"))
     assert re.search(r"\| \d+\.\d\d-\d+\.\d\d \(\+\d\.\d% \[\+\d\.\d, \+\d\.\d\]\) ▲ \|", row)
     assert "≈" in row
-    assert "Holm's correction over 4 comparison(s)" in md
+    # 4 cells, less the exact one inside the band (the twin's TTFT): 3 in the family
+    assert "Benjamini-Hochberg over the run's 3 compared cells" in md
     assert "<details><summary>Statistics per row</summary>" in md
     assert "paired t on log-ratios" in md
     ttft = next(line for line in md.splitlines() if line.startswith("| decode 32K TTFT"))
@@ -227,18 +244,22 @@ def test_table_cells_legend_details_and_json() -> None:
     assert set(verdicts) <= set(stats.VERDICTS) and "changed" in verdicts
 
 
-def test_too_few_rounds_is_said_in_the_cell() -> None:
+def test_two_rounds_decide_and_one_round_says_so_in_the_cell() -> None:
     recs = _records({"base": 0.0, "pr": 0.05, "same": 0.0}, 2)
     recs = [r for r in recs if not (r["arm"] == "same" and r["round"] == 1)]  # n = 1
     table = build_table(recs, META)
     md = render_markdown(table)
-    assert "n=2: too few rounds" in md
+    row = next(line for line in md.splitlines() if line.startswith("| decode 32K (tok/s)"))
+    assert "▲" in row.split("|")[3]  # +5% at 0.4% noise: 2 rounds decide
+    assert "? needs" in row.split("|")[4] or "? ~" in row.split("|")[4]  # one round: "?"
+
     def strict(name: str) -> None:
         raise AssertionError(f"not JSON: {name}")
 
     data = json.loads(render_json(table), parse_constant=strict)
-    assert {c["verdict"] for r in data["rows"] for a, c in r["cells"].items()
-            if a != "base"} == {"too_few_rounds"}
+    verdicts = {a: c["verdict"] for r in data["rows"] if r["metric"] == "decode_tok_s"
+                for a, c in r["cells"].items() if a != "base"}
+    assert verdicts == {"pr": "changed", "same": "too_few_rounds"}
 
 
 def test_settings_come_from_the_run_meta() -> None:
