@@ -30,7 +30,13 @@ from abbench.history.series import (
     plot_history,
     write_html,
 )
-from abbench.report.calibrate import band_yaml, noise_floor, render_calibration
+from abbench.report.calibrate import (
+    band_yaml,
+    noise_floor,
+    noise_sources,
+    render_calibration,
+    render_noise_sources,
+)
 from abbench.report.compare import Format, compare_table, parse_run_arm, render, run_table
 from abbench.report.plan import describe_plan
 from abbench.report.quality_text import diff_text
@@ -104,9 +110,13 @@ def calibrate_arm(arms_file: Path, *, arm: str, rounds: int | None, effect: str,
     opts = RunOptions(results=results or Path(cfg.results), rounds=rounds, seed=seed,
                       config_path=str(arms_file))
     outcome = calibrate(cfg, arm, opts, progress=make_progress(live))
-    table = build_table(outcome.run.records(), outcome.run.meta())
+    records, meta = outcome.run.records(), outcome.run.meta()
+    table = build_table(records, meta)
     floors = noise_floor(table, effect=size, settings=cfg.stats)
     text = render_calibration(floors, arm=arm, effect=size, settings=cfg.stats)
+    sources = noise_sources(table, records, meta, effect=size, settings=cfg.stats)
+    text += "\n" + render_noise_sources(sources, effect=size, labels=table.labels,
+                                         settings=cfg.stats)
     outcome.run.write_text("calibration.md", text)
     extra = [f"Calibration table kept in {outcome.run.path / 'calibration.md'}"]
     if write_band is not None:

@@ -33,6 +33,7 @@ from abbench.config.schema import (
     ResolvedArm,
     check_arm,
     config_for_storage,
+    format_cpus,
     placeholder_values,
 )
 from abbench.errors import (
@@ -137,8 +138,7 @@ class Campaign:
             "config_path": str(Path(self.opts.config_path).resolve()) if self.opts.config_path
             else None,
             "config_digest": config_digest(self.cfg),
-            "arms": [{"name": a.name, "label": a.label, "commit": a.commit, "preset": a.preset}
-                     for a in self.arms.values()],
+            "arms": [arm_meta(a) for a in self.arms.values()],
             "baseline": self.cfg.baseline_name,
             "rounds": rounds,
             "reps": self.cfg.reps,
@@ -349,6 +349,18 @@ class Campaign:
             trouble = _server_trouble(server)
             if trouble:
                 raise _SlotFailed(f"{trouble} ({rec['reason']}); log: {server.log_path}")
+
+
+def arm_meta(a: ResolvedArm) -> dict[str, Any]:
+    """An arm as run.json lists it; ``cpus`` (the kernel's list format) and ``nice``
+    only when the arm sets them."""
+    out: dict[str, Any] = {"name": a.name, "label": a.label, "commit": a.commit,
+                           "preset": a.preset}
+    if a.cpus is not None:
+        out["cpus"] = format_cpus(a.cpus)
+    if a.nice is not None:
+        out["nice"] = a.nice
+    return out
 
 
 def default_tasks(cfg: Config) -> list[SlotTask]:

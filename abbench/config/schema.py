@@ -61,6 +61,48 @@ def parse_context(value: int | str) -> int:
     return n
 
 
+def parse_cpus(value: Any) -> list[int]:
+    """``"0-3,8"`` -> [0, 1, 2, 3, 8]; ``[2, 0]`` -> [0, 2]; ``3`` -> [3]."""
+    if isinstance(value, bool):
+        raise ValueError("cpus is a list of CPU ids or a range string such as '0-7'")
+    if isinstance(value, int):
+        value = [value]
+    ids: set[int] = set()
+    if isinstance(value, str):
+        for part in value.replace(" ", "").split(","):
+            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+            if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+                raise ValueError(f"{value!r} is not a CPU list: write ids and ranges such "
+                                 "as '0-7' or '0-3,8-11'")
+            ids.update(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
+    elif isinstance(value, list):
+        for v in value:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{v!r} is not a CPU id: ids are whole numbers from 0")
+            ids.add(v)
+    else:
+        raise ValueError("cpus is a list of CPU ids or a range string such as '0-7'")
+    if not ids:
+        raise ValueError("cpus names no CPU")
+    return sorted(ids)
+
+
+def format_cpus(ids: list[int]) -> str:
+    """[0, 1, 2, 3, 8] -> ``"0-3,8"`` (the kernel's list format, as in Cpus_allowed_list)."""
+    parts: list[str] = []
+    start = prev = None
+    for i in sorted(ids):
+        if prev is not None and i == prev + 1:
+            prev = i
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = i
+    if start is not None:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
+
+
 def format_context(n: int) -> str:
     """32768 -> ``"32K"``; 1000 -> ``"1000"``."""
     if n >= 1024 and n % 1024 == 0:
@@ -108,6 +150,11 @@ class ServerSpec(_Frozen):
     preset_fields: dict[str, Any] | None = Field(
         None, description="overrides of other preset fields (metrics_path, flush_path, "
         "misses_counter, cached_tokens_fields, ...): abbench/presets.py lists them")
+    cpus: list[int] | None = Field(
+        None, description="CPU ids the server may run on (sched_setaffinity before exec): "
+        "a list [0, 1, 2], or a string such as '0-7' or '0-3,8-11'")
+    nice: int | None = Field(None, ge=-20, le=19, description="added to the server's "
+                             "niceness before exec (os.nice, like nice -n)")
 
     @field_validator("preset")
     @classmethod
@@ -118,6 +165,11 @@ class ServerSpec(_Frozen):
             raise PydanticCustomError("literal_error", "Input should be {expected}",
                                       {"expected": ", ".join(quoted[:-1]) + " or " + quoted[-1]})
         return v
+
+    @field_validator("cpus", mode="before")
+    @classmethod
+    def _cpu_list(cls, v: Any) -> Any:
+        return None if v is None else parse_cpus(v)
 
     @field_validator("env", mode="before")
     @classmethod
@@ -310,6 +362,9 @@ class ResolvedArm(_Frozen):
     props_path: str | None
     request_extra: dict[str, Any]
     preset_fields: dict[str, Any] = Field(default_factory=dict)
+    #: CPU ids the server is pinned to, and its niceness increment (None: as abbench's)
+    cpus: list[int] | None = None
+    nice: int | None = None
 
     def command(self, placeholders: Mapping[str, str]) -> list[str]:
         """The argv to execute, with placeholders substituted into each item."""
@@ -392,6 +447,8 @@ def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
         props_path=pick("props_path") or preset.props_path,
         request_extra=extra,
         preset_fields=preset_fields,
+        cpus=pick("cpus"),
+        nice=pick("nice"),
     )
 
 
@@ -403,7 +460,7 @@ def check_arm(cfg: Config, arm: ResolvedArm, *, strict_exec: bool) -> list[str]:
     """
     idx = cfg.arm_names.index(arm.name)
     where = f"{cfg.source or 'arms file'}: arms[{idx}] ({arm.name})"
-    warnings: list[str] = []
+    warnings: list[str] = check_cpus(arm, where=where, strict=strict_exec)
     if not Path(arm.cwd).is_dir():
         raise ConfigError(f"cwd {arm.cwd!r} is not a directory", where=f"{where}.cwd",
                           hint="create it, or give a path relative to the arms file")
@@ -448,6 +505,35 @@ def check_arm(cfg: Config, arm: ResolvedArm, *, strict_exec: bool) -> list[str]:
                               hint="install it, activate its environment, or give a full path")
         warnings.append(f"{where}: {msg} here (fine if the servers run elsewhere)")
     return warnings
+
+
+def check_cpus(arm: ResolvedArm, *, where: str, strict: bool) -> list[str]:
+    """``cpus:`` ids this machine lacks, and a negative ``nice:`` without the right to
+    it: errors for ``run`` (``strict``), warnings for ``validate`` (the servers may run
+    on another machine)."""
+    problems: list[tuple[str, str, str]] = []
+    count = os.cpu_count() or 1
+    if arm.cpus is not None:
+        missing = [c for c in arm.cpus if c >= count]
+        if missing:
+            problems.append((f"cpus {format_cpus(missing)} do not exist here (CPUs 0-"
+                             f"{count - 1})", f"{where}.cpus",
+                             f"name CPUs below {count}, or leave cpus: out"))
+        else:
+            allowed = os.sched_getaffinity(0)
+            if not set(arm.cpus) & allowed:
+                problems.append((f"cpus {format_cpus(arm.cpus)} are all outside the CPUs "
+                                 f"abbench may use ({format_cpus(sorted(allowed))})",
+                                 f"{where}.cpus", "name CPUs of that set (a cgroup or "
+                                 "taskset limits abbench's own)"))
+    if arm.nice is not None and arm.nice < 0 and os.geteuid() != 0:
+        problems.append((f"nice {arm.nice} needs root (CAP_SYS_NICE): a process may only "
+                         "lower its priority", f"{where}.nice",
+                         "use a nice value of 0 or more, or run abbench as root"))
+    if strict and problems:
+        msg, at, hint = problems[0]
+        raise ConfigError(msg, where=at, hint=hint)
+    return [f"{at}: {msg} (fine if the servers run elsewhere)" for msg, at, _ in problems]
 
 
 def placeholder_values(cfg: Config, arm: ResolvedArm, *, port: int, round_: int) -> dict[str, str]:
@@ -706,7 +792,11 @@ def config_for_storage(cfg: Config) -> dict[str, Any]:
     if "env" in data.get("defaults", {}):
         data["defaults"]["env"] = redact_env(data["defaults"]["env"])
     data["vars"] = redact_env(data.get("vars", {}))
+    # cpus/nice only when set: the stored config (and its digest, which resume checks)
+    # of an arms file without them is what it was before they existed
     data["resolved_arms"] = [
-        {**a.model_dump(mode="json"), "env": redact_env(a.env)} for a in cfg.resolved_arms()
+        {**a.model_dump(mode="json", exclude={k for k in ("cpus", "nice")
+                                              if getattr(a, k) is None}),
+         "env": redact_env(a.env)} for a in cfg.resolved_arms()
     ]
     return scrub(data, config_secret_values(cfg))

@@ -13,6 +13,7 @@ Two ways, both against the arm's live server after its workloads (every k-th rou
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -27,10 +28,11 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from abbench.config.quality import Check, QualityConfig, QualityItem
+from abbench.config.quality import Check, PromptItem, QualityConfig, QualityItem
 from abbench.config.schema import Config, placeholder_values, substitute
 from abbench.errors import ConfigError, Interrupted, RequestError
 from abbench.slot import SlotContext, SlotTask
+from abbench.workload.decode import filler_text
 from abbench.workload.greedy import generate
 
 DEFAULT_SUITE = Path(__file__).parent.parent / "data" / "quality-default.yaml"
@@ -86,6 +88,7 @@ def load_item_file(path: Path, model: type[M], *, key: str) -> ItemFile:
     if unknown:
         raise ConfigError(f"unknown key(s) {', '.join(sorted(unknown))}", where=where,
                           hint=f"a file has name:, max_tokens:, description: and {key}:")
+    name = str(header.get("name") or path.stem)
     items: list[Any] = []
     for i, (loc, obj) in enumerate(raw):
         try:
@@ -96,6 +99,9 @@ def load_item_file(path: Path, model: type[M], *, key: str) -> ItemFile:
             raise ConfigError(f"{loc}: {msgs}", where=where) from None
         if getattr(item, "id", None) is None:
             item = item.model_copy(update={"id": f"p{i + 1}"})
+        if isinstance(item, PromptItem) and item.filler_words:
+            item = item.with_filler(filler_text(item.filler_words,
+                                                seed=filler_seed(name, str(item.id))))
         items.append(item)
     ids = [it.id for it in items]
     dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -105,8 +111,13 @@ def load_item_file(path: Path, model: type[M], *, key: str) -> ItemFile:
     max_tokens = header.get("max_tokens")
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise ConfigError("max_tokens must be a positive integer", where=where)
-    return ItemFile(name=str(header.get("name") or path.stem), path=path, max_tokens=max_tokens,
-                    items=items)
+    return ItemFile(name=name, path=path, max_tokens=max_tokens, items=items)
+
+
+def filler_seed(set_name: str, item_id: str) -> int:
+    """The seed of an item's filler text: fixed by the set's name and the item's id."""
+    digest = hashlib.sha256(f"abbench-filler:{set_name}:{item_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
 
 
 def suite_path(cfg: Config, suite: str) -> Path:

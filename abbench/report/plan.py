@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from abbench.config.schema import Config, check_arm, config_secret_values, format_context, scrub
+from abbench.config.schema import (
+    Config,
+    check_arm,
+    config_secret_values,
+    format_context,
+    format_cpus,
+    scrub,
+)
 from abbench.model.schedule import Slot, position_counts
 
 
@@ -17,7 +24,9 @@ def describe_plan(cfg: Config, schedule: list[Slot], seed: int, *,
         warnings += check_arm(cfg, arm, strict_exec=False)
         base = " (baseline)" if arm.name == cfg.baseline_name else ""
         lines.append(f"  {arm.name}{base}: label {arm.label!r}, preset {arm.preset}, "
-                     f"port {arm.port}, ready {arm.ready.path} within {arm.ready.timeout:g} s")
+                     f"port {arm.port}, ready {arm.ready.path} within {arm.ready.timeout:g} s"
+                     + (f", cpus {format_cpus(arm.cpus)}" if arm.cpus is not None else "")
+                     + (f", nice {arm.nice:+d}" if arm.nice is not None else ""))
         lines.append(f"    start: {scrub(' '.join(arm.argv), config_secret_values(cfg))}")
     seed_s = f", seed {seed}" if cfg.order == "interleaved" else ""
     lines.append(f"rounds: {n_rounds} x {cfg.reps} rep(s), order {cfg.order}{seed_s}, "

@@ -28,7 +28,7 @@ def render_section(table: Table) -> list[str]:
     if q is None or q.empty:
         return []
     label = {a: md_escape(table.labels.get(a, a)) for a in table.arms}
-    lines: list[str] = []
+    lines: list[str] = fingerprint_summary(table, q)
     for s in q.sets:
         toks = f", {s.max_tokens} tokens each" if s.max_tokens else ""
         lines += ["", f"Greedy outputs, prompt set `{md_escape(s.name)}` ({s.prompts} prompts"
@@ -92,6 +92,49 @@ def render_section(table: Table) -> list[str]:
     if q.command_outputs:
         lines.append(f"Quality command output kept in `{q.command_outputs[0].split('/')[0]}/` "
                      "of the run folder.")
+    return lines
+
+
+def fingerprint_summary(table: Table, q: QualitySummary) -> list[str]:
+    """One line per arm above the per-set tables, as people write it in a PR: "New
+    cold fingerprints: code 1aada00bdb67844d, ctx ...", "47 of 60 cold nonce prompts
+    differ". An arm's fingerprint of a set is its most common cold one."""
+    with_cold = {a for s in q.sets for a, p in s.fingerprints.items() if "cold" in p}
+    if len(with_cold & set(table.arms)) < 2:  # nothing to set side by side
+        return []
+    lines = ["", "Cold fingerprints (the first requests after each start), per arm:", ""]
+    base = {s.name: _modal(s.fingerprints.get(table.baseline, {}).get("cold", {}))
+            for s in q.sets}
+    for arm in table.arms:
+        fps = {s.name: _modal(s.fingerprints[arm]["cold"]) for s in q.sets
+               if "cold" in s.fingerprints.get(arm, {})}
+        if not fps:
+            continue
+        name = md_escape(table.labels.get(arm, arm))
+        got = {k: v for k, v in fps.items() if v is not None}
+        failed = [md_escape(k) for k, v in fps.items() if v is None]
+        parts = []
+        if arm == table.baseline:
+            name += " (baseline)"
+            if got:
+                parts.append("Cold fingerprints: " + ", ".join(
+                    f"{md_escape(k)} {v}" for k, v in got.items()) + ".")
+        else:
+            new = {k: v for k, v in got.items() if v != base.get(k)}
+            same = [md_escape(k) for k in got if k not in new]
+            if new:
+                parts.append("New cold fingerprints: " + ", ".join(
+                    f"{md_escape(k)} {v}" for k, v in new.items()) + ".")
+            if same:
+                parts.append(("As the baseline's: " if new else
+                              "Cold fingerprints as the baseline's: ") + ", ".join(same) + ".")
+            counts = [f"{len(c.diffs)} of {c.compared} cold {md_escape(s.name)} prompts differ"
+                      for s in q.sets for c in s.comparisons if c.arm == arm]
+            if counts:
+                parts.append(", ".join(counts) + ".")
+        if failed:
+            parts.append("No cold fingerprint (a request failed): " + ", ".join(failed) + ".")
+        lines.append(f"- **{name}**: " + " ".join(parts))
     return lines
 
 

@@ -30,14 +30,15 @@ from typing import BinaryIO
 
 import requests
 
-from abbench.config.schema import ResolvedArm, scrub, secret_values
+from abbench.config.schema import ResolvedArm, format_cpus, scrub, secret_values
 from abbench.errors import AbbenchError, ConfigError, Interrupted, ServerError, StoreError
 from abbench.server.interrupts import shielded
 
 _PR_SET_PDEATHSIG = 1
 
 
-def _pdeathsig(parent: int, reaper_fd: int | None = None) -> Callable[[], None]:
+def _pdeathsig(parent: int, reaper_fd: int | None = None, *, cpus: list[int] | None = None,
+               nice: int | None = None) -> Callable[[], None]:
     def set_it() -> None:  # runs in the child between fork and exec (after setsid)
         if reaper_fd is not None:
             # The child tells the reaper its group id itself, before it can run anything:
@@ -51,6 +52,12 @@ def _pdeathsig(parent: int, reaper_fd: int | None = None) -> Callable[[], None]:
             pass
         if os.getppid() != parent:  # abbench died before prctl: no signal will come
             os.kill(os.getpid(), signal.SIGKILL)
+        # The arm's CPUs and niceness, inherited by every thread and child the server
+        # makes. A failure raises: Popen then fails, and no server runs unpinned.
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        if nice:
+            os.nice(nice)
     return set_it
 
 
@@ -256,6 +263,8 @@ def start_server(arm: ResolvedArm, *, round_: int, log_path: Path, argv_for_port
     env.update(arm.env)
     env.update(ABBENCH_PORT=str(port), ABBENCH_HOST=arm.host, ABBENCH_ARM=arm.name,
                ABBENCH_ROUND=str(round_))
+    if arm.cpus is not None:
+        env["ABBENCH_CPUS"] = format_cpus(arm.cpus)
     if env_extra:
         env.update(env_extra)
     try:
@@ -284,12 +293,21 @@ def _spawn(arm: ResolvedArm, round_: int, port: int, argv: list[str], env: dict[
         proc = subprocess.Popen(
             argv, cwd=arm.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
             stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_pdeathsig(os.getpid(), reaper_fd),
+            preexec_fn=_pdeathsig(os.getpid(), reaper_fd, cpus=arm.cpus, nice=arm.nice),
         )
     except OSError as e:
         _release_reaper(reaper)
         log_file.close()
         raise _popen_error(e, arm, round_, argv) from None
+    except subprocess.SubprocessError:  # the preexec function raised: cpus or nice
+        _release_reaper(reaper)
+        log_file.close()
+        asked = [f"pin it to cpus {format_cpus(arm.cpus)}"] if arm.cpus is not None else []
+        asked += [f"set nice {arm.nice}"] if arm.nice else []
+        raise ServerError(f"could not start the server: could not {' or '.join(asked)}",
+                          where=f"arm {arm.name}, round {round_}",
+                          hint="name CPUs abbench may use (see taskset -p $$), and a nice "
+                               "value of 0 or more unless abbench runs as root") from None
     started = time.perf_counter()
     return Server(arm=arm, round=round_, port=port, log_path=log_path, proc=proc, reaper=reaper,
                   started_at=started, _log_file=log_file)
