@@ -1,0 +1,1 @@
+"""Server processes: build, start, readiness, stop."""
