@@ -18,8 +18,10 @@ Layout under the cache root (``$ABBENCH_CACHE``, default ``~/.cache/abbench``)::
 
     git/<source>-<hash of the repo>.git     bare mirror (git clone --mirror, then git fetch)
     git/<source>-<hash of the repo>.lock    flock for clone, fetch and worktree changes
+    src/<source>/                           {src}: the git worktree of the build under way,
+                                            detached at the commit, patches applied
+    src/<source>.lock                       flock: one build of a source at a time
     builds/<source>-<sha12>-<key12>/        one entry per build key
-        src/        git worktree, detached at the commit, reverts and cherry-picks applied
         build/      {build}: where the steps run and the artifacts are
         build.log   every step's command, output, status and time
         last_used   touched each time the entry is used
@@ -57,20 +59,24 @@ Decisions, for the record:
   Python installs.
 * **ccache.** When ``ccache`` is on PATH (and ``ABBENCH_CCACHE`` is not ``0``), the build
   environment gets ``CCACHE_DIR`` (the user's own when set, else ``<cache>/ccache``),
-  ``CCACHE_BASEDIR=<cache>/builds`` (the parent of every entry, hence of every worktree
-  and build tree) and ``CCACHE_NOHASHDIR=1``, and the ``{ccache}`` placeholder expands to
-  ``ccache`` (else to nothing; an argv item that is exactly ``{ccache}`` is then dropped).
-  Using it is the recipe's business (``-DCMAKE_C_COMPILER_LAUNCHER={ccache}``). Because
-  the worktree (``src/``) and the build tree (``build/``) sit side by side inside each
-  entry, every path ccache rewrites relative to the compiler's working directory is the
-  same for every entry (``../../src/...``): builds of two commits share every object
-  whose source did not change.
+  ``CCACHE_BASEDIR=<cache>`` (the parent of the worktrees and of every build tree) and
+  ``CCACHE_NOHASHDIR=1``, and the ``{ccache}`` placeholder expands to ``ccache`` (else to
+  nothing; an argv item that is exactly ``{ccache}`` is then dropped). Using it is the
+  recipe's business (``-DCMAKE_C_COMPILER_LAUNCHER={ccache}``).
+* **One worktree path per source.** Each build gets a fresh ``git worktree`` of its patch
+  set, always at ``<cache>/src/<source>`` (builds of one source take turns; the worktree
+  is removed after a successful build and kept after a failed one, until the next
+  build). A fixed path is what lets two commits share compiled objects: ccache makes
+  the paths on a compiler's command line relative, but not the paths written *inside*
+  generated files, such as CMake's unity-build sources (``#include "/abs/src/x.cpp"``,
+  which llama.cpp's libllama uses). With a worktree per entry, every unity chunk would
+  miss. So ``{src}`` exists only while the steps run: artifacts must not need it later
+  (an editable Python install, for one, must become a normal install into ``{build}``).
 * **Steps** run in ``{build}`` with the environment plus the source's ``env``,
   ``ABBENCH_SRC``, ``ABBENCH_BUILD`` and ``ABBENCH_JOBS``. An argv list has the
   placeholders ``{src}``, ``{build}``, ``{jobs}``, ``{ccache}`` replaced in each item; a
   string runs with ``/bin/sh -c`` after the same replacement (paths shell-quoted).
-  Other braces are left alone. Artifacts must not depend on the location of ``src/``
-  when the source says ``keep_src=False`` (the worktree is then removed after the build).
+  Other braces are left alone.
 """
 
 from __future__ import annotations
@@ -165,9 +171,9 @@ class Source:
     strings, run in order in ``{build}``. ``artifacts``: paths under ``{build}`` (a list,
     named by their last component, or a mapping name -> path). ``env``: extra build
     environment (part of the key). ``key_env``: names of further environment variables
-    whose values go into the key. ``keep_src``: keep the worktree after the build.
-    ``prune``: after a successful build keep only the artifacts under ``{build}`` (for
-    self-contained artifacts such as a static binary: saves the object files' space).
+    whose values go into the key. ``prune``: after a successful build keep only the
+    artifacts under ``{build}`` (for self-contained artifacts such as a static binary:
+    saves the object files' space).
     """
 
     name: str
@@ -176,7 +182,6 @@ class Source:
     artifacts: Sequence[str] | Mapping[str, str]
     env: Mapping[str, str] = field(default_factory=dict)
     key_env: Sequence[str] = ()
-    keep_src: bool = True
     prune: bool = False
 
     def __post_init__(self) -> None:
@@ -337,7 +342,9 @@ def _flock(path: Path, *, blocking: bool = True) -> Iterator[bool]:
 
 def _git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    # Never wait on a prompt: no password, no passphrase, no unknown host key question.
     env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_ASKPASS": "true"})
+    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
     for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY"):
         env.pop(name, None)
     env.update(extra or {})
@@ -716,10 +723,13 @@ def _touch(path: Path) -> None:
         path.touch()
 
 
-def _wipe(entry: Path, mirror: Mirror) -> None:
-    """Remove an entry folder (and its worktree's record in the mirror)."""
-    if entry.exists():
-        shutil.rmtree(entry)
+def _remove_worktree(src: Path, mirror: Mirror) -> None:
+    """Remove a worktree folder and its record in the mirror."""
+    if src.exists() or src.is_symlink():
+        if src.is_dir() and not src.is_symlink():
+            shutil.rmtree(src)
+        else:
+            src.unlink()
     if mirror.exists():
         with mirror.lock():
             _git(["worktree", "prune"], git_dir=mirror.path, check=False)
@@ -729,10 +739,12 @@ def _build(plan: BuildPlan, where: str, *, jobs: int | None,
            timeout: float | None) -> dict[str, Any]:
     """Build ``plan`` into its entry folder (the caller holds the entry's lock)."""
     source, entry = plan.source, plan.dir
-    mirror = Mirror(source, entry.parent.parent)
-    _wipe(entry, mirror)
+    root = entry.parent.parent
+    mirror = Mirror(source, root)
+    if entry.exists():
+        shutil.rmtree(entry)
     entry.mkdir(parents=True)
-    src, build, log = entry / "src", entry / "build", plan.log
+    src, build, log = root / "src" / source.name, entry / "build", plan.log
     t0 = time.time()
     with open(log, "a", encoding="utf-8", errors="replace") as out:
         out.write(f"# abbench build of {source.name} {plan.gitref.describe()} ({source.repo})\n"
@@ -740,40 +752,41 @@ def _build(plan: BuildPlan, where: str, *, jobs: int | None,
                   + "".join(f"# {op} {sha}\n" for op, sha in plan.patch)
                   + f"# key {plan.key}\n# entry {entry}\n")
         out.flush()
-        tree = _prepare_src(mirror, plan, src, where)
-        build.mkdir()
-        env = _build_env(source)
-        ccache = _ccache(env)
-        njobs = jobs or int(env.get("ABBENCH_JOBS") or 0) or os.cpu_count() or 1
-        if ccache:
-            env.setdefault("CCACHE_DIR", str(entry.parent.parent / "ccache"))
-            env["CCACHE_BASEDIR"] = str(entry.parent)
-            env["CCACHE_NOHASHDIR"] = "1"
-        env.update({"ABBENCH_SRC": str(src), "ABBENCH_BUILD": str(build),
-                    "ABBENCH_JOBS": str(njobs)})
-        values = {"{src}": str(src), "{build}": str(build), "{jobs}": str(njobs),
-                  "{ccache}": "ccache" if ccache else ""}
-        out.write(f"# tree {tree}\n# jobs {njobs}; ccache "
-                  + (f"{ccache} (CCACHE_DIR={env['CCACHE_DIR']}, "
-                     f"CCACHE_BASEDIR={env['CCACHE_BASEDIR']})" if ccache else "not used")
-                  + "\n")
-        out.flush()
-        for i, step in enumerate(source.steps, 1):
-            _run_step(i, step, values, env, build, out, plan, where, timeout)
-    missing = [name for name, rel in source.artifact_paths.items() if not (build / rel).exists()]
-    if missing:
-        rels = ", ".join(f"{n} ({source.artifact_paths[n]})" for n in missing)
-        raise BuildError(
-            f"the build succeeded but did not make the artifact(s) {rels} in {build}",
-            where=where, log_tail=_log_tail(log), log_path=log,
-            hint="fix the artifact path in the source (paths are relative to {build}) or the "
-                 "step that should make it; see the log")
+        # One build of a source at a time: its worktree has one fixed path (ccache).
+        with _flock(src.with_name(f"{source.name}.lock")):
+            tree = _prepare_src(mirror, plan, src, where)
+            build.mkdir()
+            env = _build_env(source)
+            ccache = _ccache(env)
+            njobs = jobs or int(env.get("ABBENCH_JOBS") or 0) or os.cpu_count() or 1
+            if ccache:
+                env.setdefault("CCACHE_DIR", str(root / "ccache"))
+                env["CCACHE_BASEDIR"] = str(root)
+                env["CCACHE_NOHASHDIR"] = "1"
+            env.update({"ABBENCH_SRC": str(src), "ABBENCH_BUILD": str(build),
+                        "ABBENCH_JOBS": str(njobs)})
+            values = {"{src}": str(src), "{build}": str(build), "{jobs}": str(njobs),
+                      "{ccache}": "ccache" if ccache else ""}
+            out.write(f"# src {src}\n# tree {tree}\n# jobs {njobs}; ccache "
+                      + (f"{ccache} (CCACHE_DIR={env['CCACHE_DIR']}, "
+                         f"CCACHE_BASEDIR={env['CCACHE_BASEDIR']})" if ccache else "not used")
+                      + "\n")
+            out.flush()
+            for i, step in enumerate(source.steps, 1):
+                _run_step(i, step, values, env, build, out, plan, where, timeout)
+            missing = [name for name, rel in source.artifact_paths.items()
+                       if not (build / rel).exists()]
+            if missing:
+                rels = ", ".join(f"{n} ({source.artifact_paths[n]})" for n in missing)
+                out.flush()
+                raise BuildError(
+                    f"the build succeeded but did not make the artifact(s) {rels} in {build}",
+                    where=where, log_tail=_log_tail(log), log_path=log,
+                    hint="fix the artifact path in the source (paths are relative to "
+                         "{build}) or the step that should make it; see the log")
+            _remove_worktree(src, mirror)
     if source.prune:
         _prune(build, set(source.artifact_paths.values()))
-    if not source.keep_src:
-        shutil.rmtree(src)
-        with mirror.lock():
-            _git(["worktree", "prune"], git_dir=mirror.path, check=False)
     duration = time.time() - t0
     with open(log, "a", encoding="utf-8") as out:
         out.write(f"# built in {duration:.1f} s\n")
@@ -796,12 +809,14 @@ def _build(plan: BuildPlan, where: str, *, jobs: int | None,
 
 
 def _prepare_src(mirror: Mirror, plan: BuildPlan, src: Path, where: str) -> str:
-    """A worktree at ``src``, detached at the commit, patches applied; returns its tree id."""
+    """A fresh worktree at ``src``, detached at the commit, patches applied; returns its
+    tree id. The caller holds the source's lock."""
+    _remove_worktree(src, mirror)  # a failed build's, kept for inspection until now
+    src.parent.mkdir(parents=True, exist_ok=True)
     with mirror.lock():
-        _git(["worktree", "prune"], git_dir=mirror.path, check=False)
         _git(["worktree", "add", "--detach", "--quiet", str(src), plan.sha],
              git_dir=mirror.path, where=where,
-             hint=f"remove {plan.dir} and try again; if it persists, remove the mirror "
+             hint=f"remove {src} and try again; if it persists, remove the mirror "
                   f"{mirror.path}")
     for op, sha in plan.patch:
         subject, parents = mirror.commit_info(sha)
@@ -828,7 +843,8 @@ def _prepare_src(mirror: Mirror, plan: BuildPlan, src: Path, where: str) -> str:
         else:
             message = (f"{what} failed on {base}: "
                        f"{_last_lines(proc.stderr + proc.stdout, 4)}")
-        _wipe(plan.dir, mirror)
+        _remove_worktree(src, mirror)
+        shutil.rmtree(plan.dir, ignore_errors=True)
         raise BuildError(
             message, where=where,
             hint=f"drop it from {op}, change the order of the patches, or resolve the "
@@ -891,9 +907,10 @@ def _run_step(i: int, step: Step, values: Mapping[str, str], env: Mapping[str, s
             f"build of {plan.source.name} {plan.gitref.describe()} ({plan.sha[:12]}) failed: "
             f"step {i}/{n} exited with status {rc}: {shown}", where=where,
             log_tail=_log_tail(plan.log), log_path=plan.log,
-            hint=f"read the whole log at {plan.log}; fix the recipe or the commit and run "
-                 f"again (the failed entry is rebuilt from scratch; `abbench builds gc` "
-                 f"removes it)")
+            hint=f"read the whole log at {plan.log} (the worktree it built from stays at "
+                 f"{values['{src}']} until the next build of {plan.source.name}); fix the "
+                 f"recipe or the commit and run again: the failed entry is rebuilt from "
+                 f"scratch, and `abbench builds gc` removes it")
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -1029,7 +1046,8 @@ def gc(cache: Path | str | None = None, keep_days: float | None = None,
     would be). Always: incomplete entries (failed or interrupted builds). With
     ``keep_days``: entries not used for that many days. With ``max_bytes``: then the
     least recently used until the rest fits. Entries locked by a running build are
-    skipped. Mirrors and the ccache folder are left alone (ccache bounds its own size)."""
+    skipped. Also removes the worktree a failed build left under ``<cache>/src``. Mirrors
+    and the ccache folder are left alone (ccache bounds its own size)."""
     if keep_days is not None and keep_days < 0:
         raise ConfigError(f"keep_days {keep_days} is negative", where="builds gc",
                           hint="give a number of days >= 0")
@@ -1051,6 +1069,7 @@ def gc(cache: Path | str | None = None, keep_days: float | None = None,
             doomed.append(e)
             total -= e.size_bytes
     removed: list[BuildEntry] = []
+    removed_src = False
     for e in doomed:
         with _flock(root / "builds" / ".locks" / f"{e.path.name}.lock",
                     blocking=False) as locked:
@@ -1064,7 +1083,14 @@ def gc(cache: Path | str | None = None, keep_days: float | None = None,
                     continue
                 shutil.rmtree(trash, ignore_errors=True)
             removed.append(e)
-    if removed and not dry_run:
+    if not dry_run:  # worktrees of failed builds, when no build of that source runs
+        for src in (root / "src").glob("*"):
+            if src.is_dir() and not src.is_symlink():
+                with _flock(src.with_name(f"{src.name}.lock"), blocking=False) as locked:
+                    if locked:
+                        shutil.rmtree(src, ignore_errors=True)
+                        removed_src = True
+    if (removed or removed_src) and not dry_run:
         for mirror in (root / "git").glob("*.git"):
             with _flock(mirror.with_suffix(".lock")):
                 _git(["worktree", "prune"], git_dir=mirror, check=False)

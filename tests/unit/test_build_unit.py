@@ -31,7 +31,8 @@ BUILD_SH = """#!/bin/sh
 # $1 = build dir, $2 = src dir: the artifact holds VERSION and the feature flag
 set -e
 mkdir -p "$1/bin"
-{ cat "$2/VERSION"; [ -f "$2/FEATURE" ] && echo feature || true; } > "$1/bin/tool"
+{ cat "$2/VERSION"; [ ! -f "$2/FEATURE" ] || echo feature; [ ! -f "$2/README" ] || echo readme; } \
+  > "$1/bin/tool"
 echo "built $(cat "$2/VERSION")"
 """
 
@@ -125,13 +126,14 @@ def test_build_then_cache_hit(repo: Path, cache: Path) -> None:
     first = ensure_built(GitRef("tiny", "v3"), src, cache=cache)
     assert not first.cached
     assert first.sha == git(repo, "rev-parse", "v3")
-    assert first.artifacts["tool"].read_text() == "3\n"
+    assert first.artifacts["tool"].read_text() == "3\nreadme\n"
     assert first.dir.name == f"tiny-{first.sha[:12]}-{first.key[:12]}"
     assert first.dir.parent == Path(os.path.realpath(cache)) / "builds"
     assert first.tree == git(repo, "rev-parse", "v3^{tree}")
     marker = json.loads((first.dir / ".complete").read_text())
     assert marker["sha"] == first.sha and marker["key"] == first.key
-    assert marker["artifacts"]["tool"] == {"path": "bin/tool", "size": 2}
+    assert marker["artifacts"]["tool"] == {"path": "bin/tool", "size": 9}
+    assert not (Path(os.path.realpath(cache)) / "src" / "tiny").exists()  # worktree removed
     assert set(marker["inputs"]) == {"version", "sha", "patch", "recipe", "toolchain"}
     assert "built 3" in first.log.read_text()
     used = (first.dir / "last_used").stat().st_mtime
@@ -164,13 +166,13 @@ def test_revert_and_cherry_pick_make_other_patch_sets(repo: Path, cache: Path) -
     no_readme = ensure_built(GitRef("tiny", "v3", revert=("readme",)), src, cache=cache)
     assert no_readme.patch == (("revert", git(repo, "rev-parse", "readme")),)
     assert no_readme.key != plain.key and no_readme.dir != plain.dir
-    assert not (no_readme.dir / "src" / "README").exists()
     assert no_readme.artifacts["tool"].read_text() == "3\n"
+    assert no_readme.tree != plain.tree == git(repo, "rev-parse", "v3^{tree}")
     back = ensure_built(GitRef("tiny", "v3", revert=("v3",)), src, cache=cache)
-    assert back.artifacts["tool"].read_text() == "2\n"
+    assert back.artifacts["tool"].read_text() == "2\nreadme\n"
     picked = ensure_built(GitRef("tiny", "v2", cherry_pick=("feature",)), src, cache=cache)
     assert picked.patch == (("cherry-pick", git(repo, "rev-parse", "feature")),)
-    assert picked.artifacts["tool"].read_text() == "2\nfeature\n"
+    assert picked.artifacts["tool"].read_text() == "2\nfeature\nreadme\n"
     assert picked.label.startswith(f"v2 {picked.sha[:8]} +")
     both = GitRef("tiny", "v3", revert=("readme",), cherry_pick=("feature",))
     assert ensure_built(both, src, cache=cache).artifacts["tool"].read_text() == "3\nfeature\n"
@@ -213,6 +215,9 @@ def test_failed_build_error_has_log_tail_and_path(repo: Path, cache: Path) -> No
     assert err.log_path is not None and err.log_path.name == "build.log"
     assert str(err.log_path) in text
     assert "hint: read the whole log" in text
+    kept = Path(os.path.realpath(cache)) / "src" / "tiny"
+    assert f"the worktree it built from stays at {kept}" in text
+    assert (kept / "VERSION").read_text() == "3\n"
     assert err.exit_code == 2
     (entry,) = list_builds(cache)
     assert not entry.complete
@@ -271,7 +276,7 @@ def test_head_of_a_dirty_local_repo_is_refused(repo: Path, cache: Path) -> None:
     text = str(exc.value)
     assert "uncommitted changes (VERSION)" in text and "committed refs only" in text
     built = ensure_built(GitRef("tiny", "main"), tiny(repo), cache=cache)  # a ref: fine
-    assert built.artifacts["tool"].read_text() == "3\n"
+    assert built.artifacts["tool"].read_text() == "3\nreadme\n"
     assert (repo / "VERSION").read_text() == "dirty\n"
 
 
@@ -310,6 +315,7 @@ def test_list_gc_and_copy_log(repo: Path, cache: Path, tmp_path: Path) -> None:
     assert {e.path for e in gc(cache, keep_days=5)} == {e.path for e in dry}
     assert [e.path for e in list_builds(cache)] == [new.dir]
     assert not old.dir.exists()
+    assert not (Path(os.path.realpath(cache)) / "src" / "tiny").exists()  # failed build's
     assert ensure_built(GitRef("tiny", "v3"), src, cache=cache).cached
 
     copied = copy_build_log(new, tmp_path / "run", name="pr")
