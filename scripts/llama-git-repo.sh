@@ -43,8 +43,9 @@ if ! command -v ccache >/dev/null 2>&1; then
   fi
 fi
 
-has_tags() {
+has_tags() {  # DEST itself is a repository (not a folder inside one) with the tags
   local t
+  [[ -e $1/.git ]] || return 1
   for t in "${tags[@]}"; do
     git -C "$1" rev-parse -q --verify "refs/tags/$t^{commit}" >/dev/null 2>&1 || return 1
   done
