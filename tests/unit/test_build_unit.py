@@ -344,3 +344,14 @@ def test_bad_sources_are_config_errors(repo: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         resolve(Source(name="t", repo=str(repo) + "-gone", steps=["true"], artifacts=["x"]),
                 "main", repo.parent / "cache")
+
+
+def test_prune_keeps_only_the_artifacts(repo: Path, cache: Path) -> None:
+    steps = [["sh", "{src}/build.sh", "{build}", "{src}"],
+             "mkdir -p {build}/obj {build}/share/doc && touch {build}/obj/a.o "
+             "{build}/CMakeCache.txt {build}/bin/extra {build}/share/doc/x"]
+    src = tiny(repo, *steps, artifacts={"tool": "bin/tool", "doc": "share/doc"}, prune=True)
+    built = ensure_built(GitRef("tiny", "v3"), src, cache=cache)
+    files = sorted(str(p.relative_to(built.build_dir)) for p in built.build_dir.rglob("*"))
+    assert files == ["bin", "bin/tool", "share", "share/doc", "share/doc/x"]
+    assert built.artifacts["doc"].is_dir()
