@@ -345,6 +345,8 @@ def _git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     # Never wait on a prompt: no password, no passphrase, no unknown host key question.
     env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_ASKPASS": "true"})
     env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    # `git status` in the user's repository must not even refresh its index file.
+    env["GIT_OPTIONAL_LOCKS"] = "0"
     for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY"):
         env.pop(name, None)
     env.update(extra or {})
@@ -506,7 +508,7 @@ class Mirror:
             raise self._unknown("HEAD", "ref", where)
         return sha
 
-    def _unknown(self, ref: str, what: str, where: str) -> BuildError | ConfigError:
+    def _unknown(self, ref: str, what: str, where: str) -> ConfigError:
         names = self.refs()
         close = difflib.get_close_matches(ref, names, n=5, cutoff=0.5)
         listing = (f"closest refs: {', '.join(close)}" if close
