@@ -1,0 +1,56 @@
+"""Real builds from git refs: llama-server of two commits of the llama.cpp history that
+scripts/llama-git-repo.sh makes (``base`` and ``slow``), built with CMake and ccache by
+abbench.server.build into the shared cache ($ABBENCH_CACHE), then run.
+
+The first run builds (about 6 minutes cold on 2 cores, then about a minute for the
+second ref with ccache warm); later runs are cache hits. The measured times are in
+docs/build-bench.md (benchmarks/build_bench.py), not asserted here, but for the one
+number the cache exists for: a hit takes less than 2 s."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from abbench.server.build import GitRef, ensure_built, list_builds
+from abbench.server.recipes import llama_cpp
+
+pytestmark = pytest.mark.real
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def llama_repo() -> Path:
+    """The four-commit llama.cpp repository (made once, reused), ccache installed."""
+    cache = Path(os.environ.get("ABBENCH_CACHE") or Path.home() / ".cache" / "abbench")
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "llama-git-repo.sh"),
+                          str(cache / "test-repos" / "llama-git")],
+                         check=True, capture_output=True, text=True).stdout
+    return Path(out.strip().rsplit("=", 1)[1])
+
+
+def test_base_and_slow_build_run_and_hit_the_cache(llama_repo: Path) -> None:
+    source = llama_cpp(str(llama_repo))
+    jobs = int(os.environ.get("JOBS") or os.cpu_count() or 1)
+    built = {ref: ensure_built(GitRef(source.name, ref), source, jobs=jobs)
+             for ref in ("base", "slow")}
+    assert built["base"].sha != built["slow"].sha
+    assert built["base"].dir != built["slow"].dir
+    for ref, arm in built.items():
+        server = arm.artifacts["llama-server"]
+        assert server.is_file() and os.access(server, os.X_OK), ref
+        out = subprocess.run([str(server), "--version"], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, (ref, out.stderr)
+        # llama.cpp's build-info records the commit of the worktree it was built from
+        assert f"commit {arm.sha[:7]}" in out.stdout + out.stderr, (ref, out.stderr)
+        assert "abbench build of llama.cpp" in arm.log.read_text()
+
+    again = ensure_built(GitRef(source.name, "base"), source, jobs=jobs)
+    assert again.cached and again.dir == built["base"].dir
+    assert again.seconds < 2.0
+    assert any(e.path == again.dir and e.complete for e in list_builds())
