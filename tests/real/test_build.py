@@ -18,8 +18,6 @@ import pytest
 from abbench.server.build import GitRef, ensure_built, list_builds
 from abbench.server.recipes import llama_cpp
 
-pytestmark = pytest.mark.real
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
