@@ -1,4 +1,4 @@
-"""What every collector shares: the interface, the record it writes, metric specs."""
+"""What every collector shares: the interface, the record it writes, the window's samples."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 from abbench.slot import SlotContext
 
 SERVER_ROW = "server"  # the workload name of a whole-server-life window
-
 
 
 def base_fields(ctx: SlotContext) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The runner's side of collectors: two slot tasks per campaign (one opens the
 server-life window before warm-up, one closes it after the workloads) and the
-per-workload window hook that :meth:`abbench.runner.Campaign.serve` enters
+per-workload window hook that :meth:`abbench.campaign.runner.Campaign.serve` enters
 around each workload row's reps."""
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""The ``collectors:`` section of arms.yaml: one typed, frozen model per kind.
-
-Kept free of other abbench imports so that :mod:`abbench.config.schema` can import it.
-"""
+"""The ``collectors:`` section of arms.yaml: one typed, frozen model per kind."""
 
 from __future__ import annotations
 

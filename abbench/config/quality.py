@@ -1,8 +1,4 @@
-"""The ``quality:`` and ``fingerprints:`` sections of arms.yaml, and the files they name.
-
-Kept free of imports from the rest of abbench so that :mod:`abbench.config.schema` can use
-these models without a cycle.
-"""
+"""The ``quality:`` and ``fingerprints:`` sections of arms.yaml, and the files they name."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ class ServerSpec(_Frozen):
         None, description="fields merged into every completion request")
     preset_fields: dict[str, Any] | None = Field(
         None, description="overrides of other preset fields (metrics_path, flush_path, "
-        "misses_counter, cached_tokens_fields, ...): abbench/presets.py lists them")
+        "misses_counter, cached_tokens_fields, ...): abbench/config/presets.py lists them")
 
     @field_validator("preset")
     @classmethod

@@ -214,12 +214,6 @@ class Index:
                     self._ingest(run_id, Path(path), run_stamp, samples_stamp)
         return RefreshStats(scanned=len(seen), read=len(todo), dropped=len(gone))
 
-    def rebuild(self) -> RefreshStats:
-        """Forget everything and read every run folder again."""
-        with self._transaction():
-            self.db.execute("DELETE FROM runs")
-        return self.refresh()
-
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
         self.db.execute("BEGIN IMMEDIATE")

@@ -1,6 +1,6 @@
 """Faults the reference server causes (tests/refserver.py --fault) and faults of
 abbench itself (signals, results directory): exit code, message, samples kept,
-no server left. The same faults in the real llama-server: test_faults_real.py."""
+no server left. The same faults in the real llama-server: tests/real/test_faults.py."""
 
 from __future__ import annotations
 
