@@ -7,6 +7,22 @@ Every error carries *what* went wrong, *where* (file, field, arm, round) and a
 
 from __future__ import annotations
 
+#: the most characters of a value (a key, a path, a server's answer) a message echoes
+ECHO_LIMIT = 200
+
+
+def clip(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``value`` as one line of at most about ``limit`` characters, for a message."""
+    text = (value if isinstance(value, str) else str(value)).replace("\r", " ").replace("\n", " ")
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def clip_repr(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``repr(value)``, clipped like :func:`clip`."""
+    return clip(repr(value), limit)
+
 
 class AbbenchError(Exception):
     """Base of all abbench errors. ``exit_code`` is what the CLI exits with."""

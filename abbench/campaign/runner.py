@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import requests
-
 from abbench import registry
 from abbench.campaign.environment import environment
 from abbench.campaign.progress import Progress, SilentProgress
@@ -378,9 +376,7 @@ def _server_trouble(server: Server, timeout: float = 5.0) -> str | None:
     """
     if not server.alive():
         return f"the server died (exit code {server.proc.returncode})"
-    try:
-        requests.get(server.base_url + (server.arm.ready.path or "/health"), timeout=timeout)
-    except requests.RequestException:
+    if not server.responds(timeout):
         if not server.alive():
             return f"the server died (exit code {server.proc.returncode})"
         return f"the server hangs: no answer to GET {server.arm.ready.path} in {timeout:g} s"

@@ -18,13 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import requests
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
-
 from abbench.config.presets import arm_preset
 from abbench.config.schema import ResolvedArm, Workload
 from abbench.errors import RequestError
+from abbench.server.http import Reply, Transport, TransportError
 
 _WORDS = (  # noqa: SIM905 - one word list, kept readable
     "the of and to in is was that for on as with by at from his her which this be are "
@@ -146,31 +143,20 @@ def parse_sse(chunks: Iterator[bytes], result: StreamResult, clock=time.perf_cou
         result.t_end = clock()
 
 
-def new_session() -> requests.Session:
-    """A session that re-sends a request once when a kept-alive connection turns out
-    to be closed before any response (servers close idle connections: llama.cpp
-    after 5 s). Never retried: HTTP errors and anything after the response began."""
-    session = requests.Session()
-    retry = Retry(total=2, connect=1, read=1, status=0, other=0, redirect=0,
-                  allowed_methods=None, raise_on_status=False)
-    adapter = HTTPAdapter(max_retries=retry)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
-
-
 class Client:
-    """Talks to one running server through its preset's endpoints."""
+    """Talks to one running server through its preset's endpoints: every workload
+    request, and the collectors' metrics scrapes and cache flushes, go through its
+    :class:`~abbench.server.http.Transport`."""
 
     def __init__(self, base_url: str, arm: ResolvedArm):
         self.base_url = base_url
         self.arm = arm
         self.preset = arm_preset(arm)
-        self.session = new_session()
+        self.http = Transport(base_url)
         self._prefix: list[int] | None = None
 
     def close(self) -> None:
-        self.session.close()
+        self.http.close()
 
     # ---------------------------------------------------------------- tokenize
     def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
@@ -184,12 +170,14 @@ class Client:
         else:
             body = {"prompt": text, "add_special_tokens": add_special}
         try:
-            # (a kept-alive connection closed by the server is re-sent by new_session)
-            r = self.session.post(self.base_url + path, json=body, timeout=120)
-            r.raise_for_status()
-            return [int(t) if not isinstance(t, dict) else int(t["id"]) for t in r.json()["tokens"]]
-        except (requests.RequestException, ValueError, KeyError) as e:
-            raise RequestError(f"tokenize failed at {path}: {e}",
+            r = self.http.post(path, body, timeout=120)
+            if r.status != 200:
+                raise RequestError(f"HTTP {r.status}: {r.excerpt()}")
+            data = json.loads(r.body)
+            return [int(t) if not isinstance(t, dict) else int(t["id"]) for t in data["tokens"]]
+        except (RequestError, ValueError, KeyError, TypeError) as e:
+            why = e.message if isinstance(e, RequestError) else f"{type(e).__name__}: {e}"
+            raise RequestError(f"tokenize failed at {path}: {why}",
                                hint="check tokenize_path for this server") from None
 
     def special_prefix(self) -> list[int]:
@@ -208,16 +196,25 @@ class Client:
         if not self.arm.props_path:
             return None
         try:
-            r = self.session.get(self.base_url + self.arm.props_path, timeout=10)
-            if r.status_code != 200:
+            r = self.http.get(self.arm.props_path, timeout=10)
+            if r.status != 200:
                 return None
-            data = r.json()
-        except (requests.RequestException, ValueError):
+            data = json.loads(r.body)
+        except (RequestError, ValueError):
             return None
         if isinstance(data, dict):
             data.pop("chat_template", None)  # large and not about speed
             data.pop("chat_template_tool_use", None)
         return data
+
+    # ------------------------------------------------- other calls (collectors)
+    def get(self, path: str, *, timeout: float = 10) -> Reply:
+        """GET ``path`` (a metrics scrape); raises RequestError when no answer came."""
+        return self.http.get(path, timeout=timeout)
+
+    def call(self, method: str, path: str, body: Any = None, *, timeout: float) -> Reply:
+        """Any other request (a cache flush, a greedy completion)."""
+        return self.http.request(method, path, json=body, timeout=timeout)
 
     # -------------------------------------------------------------- completion
     def request_body(self, prompt: list[int] | str, max_tokens: int, *,
@@ -247,19 +244,17 @@ class Client:
         timeout = timeout or self.arm.request_timeout
         result = StreamResult(t_send=time.perf_counter())
         try:
-            with self.session.post(self.base_url + self.arm.completions_path, json=body,
-                                   stream=True, timeout=(10, timeout)) as r:
-                if r.status_code != 200:
-                    raise RequestError(f"HTTP {r.status_code}: {r.text[:300]}")
+            with self.http.stream(self.arm.completions_path, body, timeout=timeout) as s:
+                if s.status != 200:
+                    raise RequestError(f"HTTP {s.status}: {s.excerpt()}")
                 deadline = result.t_send + timeout
-                parse_sse(_until(r.iter_content(chunk_size=None), deadline, stop_event), result,
-                          on_first=on_first)
-        except requests.Timeout:
-            raise RequestError(f"no data for {timeout:g} s (request_timeout)",
-                               hint="the server may hang; raise request_timeout if it is "
-                                    "just slow") from None
-        except requests.RequestException as e:
-            raise RequestError(f"connection failed: {type(e).__name__}: {e}") from None
+                parse_sse(_until(s.pieces(), deadline, stop_event), result, on_first=on_first)
+        except TransportError as e:
+            if e.message.startswith("timed out"):
+                raise RequestError(f"timed out: no data for {timeout:g} s (request_timeout)",
+                                   hint="the server may hang; raise request_timeout if it is "
+                                        "just slow") from None
+            raise
         return result
 
 
