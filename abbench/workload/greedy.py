@@ -10,12 +10,12 @@ token strings; a server that gives neither leaves ``tokens`` empty).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from abbench.errors import RequestError
 from abbench.server.http import Reply
+from abbench.workload import wire
 from abbench.workload.decode import Client
 
 Message = dict[str, str]
@@ -56,19 +56,17 @@ def generate(client: Client, *, prompt: str | None = None, messages: list[Messag
                 r.status == 404 else None)
         raise RequestError(f"HTTP {r.status}: {r.excerpt()}", where=path, hint=hint)
     try:
-        data = json.loads(r.body)
-        choice = data["choices"][0]
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise RequestError(f"not an OpenAI-style answer: {r.excerpt(200)}", where=path) from None
+        answer = wire.parse(wire.Completion, r.body, "the answer")
+    except RequestError as e:
+        raise RequestError(e.message, where=path) from None
+    choice = answer.choices[0]
     if messages is not None:
-        text = (choice.get("message") or {}).get("content") or ""
+        text = (choice.message.content if choice.message is not None else None) or ""
     else:
-        text = choice.get("text") or ""
-    usage = data.get("usage") or {}
-    ct = usage.get("completion_tokens")
-    return Generation(text=text, tokens=_tokens(choice.get("logprobs")),
-                      completion_tokens=int(ct) if ct is not None else None,
-                      finish_reason=choice.get("finish_reason"))
+        text = choice.text or ""
+    ct = answer.usage.completion_tokens if answer.usage is not None else None
+    return Generation(text=text, tokens=_tokens(choice.logprobs), completion_tokens=ct,
+                      finish_reason=choice.finish_reason)
 
 
 def _post(client: Client, path: str, body: dict[str, Any], timeout: float) -> Reply:

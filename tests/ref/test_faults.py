@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from abbench.report.text import md_escape
 from tests.faultkit import (
     cli,
     cli_start,
@@ -87,25 +88,62 @@ def test_server_never_ready_times_out(tmp_path: Path, ref: Path, results: Path) 
     ("http500", "failed", 'HTTP 500: {"error": {"message": "reference fault"}}'),
     ("broken", "failed", "connection failed: ChunkedEncodingError"),
     ("short", "invalid", "completion_tokens 13 != 16"),
+    ("wrong-shape", "failed", "stream chunk 3: choices is a string ('oops')"),
+    ("nan-usage", "failed", "stream chunk 18: usage.completion_tokens is NaN"),
+    ("error-mid-stream", "failed", 'stream chunk 9: the server reported an error: '
+                                   '{"code": 500, "message": "reference fault mid-stream"'),
+    ("endless", "failed", "stream chunk 49: the stream went on past 48 content chunks"),
+    ("torn", "ok", None),
 ])
 def test_bad_response_marks_the_sample_and_goes_on(tmp_path: Path, ref: Path, results: Path,
-                                                   fault: str, status: str, reason: str) -> None:
-    # every 2nd completion is faulty: the warm-up is fine, then decode 64 fails,
+                                                   fault: str, status: str,
+                                                   reason: str | None) -> None:
+    # every 2nd completion is faulty: the warm-up is fine, then decode 64 is faulty,
     # decode 128 is fine, in every server life
     arms = ref_arms(tmp_path / "a.yaml", ref,
                     {"good": [], "bad": ["--fault", fault, "--fault-every", "2"]})
     p = cli("run", arms, "--results", results, "--plain")
     assert p.returncode == 0, p.stderr  # a bad sample is no failed server life
     run = only_run(results)
+    assert meta(run)["status"] == "complete"
     assert all(s["status"] == "ok" for s in slots(run))
     bad = [s for s in samples(run) if s["arm"] == "bad"]
     assert [(s["workload"], s["status"], s["valid"]) for s in bad] == \
-        [("decode 64", status, False), ("decode 128", "ok", True)] * 2
-    assert all(reason in s["reason"] for s in bad if not s["valid"])
+        [("decode 64", status, status == "ok"), ("decode 128", "ok", True)] * 2
     assert all(s["valid"] for s in samples(run) if s["arm"] == "good")
     report = (run / "report.md").read_text()
-    assert f"Sample {status}: arm bad, round 0, decode 64 rep 0:" in report
     assert "| decode 128 (tok/s) |" in report  # the good rows are compared
+    if reason is None:  # torn chunks are still a valid stream: measured like any other
+        assert "| decode 64 (tok/s) |" in report and "Sample " not in report
+    else:
+        assert all(reason in s["reason"] for s in bad if not s["valid"]), bad
+        for r in (0, 1):  # the report names each bad sample, and why
+            line = next(ln for ln in report.splitlines()
+                        if ln.startswith(f"Sample {status}: arm bad, round {r}, decode 64 rep 0:"))
+            assert md_escape(reason) in line, line
+    wait_gone(str(ref))
+
+
+def test_answers_that_never_end_or_have_the_wrong_shape_outside_the_stream(
+        tmp_path: Path, ref: Path, results: Path) -> None:
+    """/props sends a body that never ends (cut at the transport's 16 MiB cap: props are
+    only informational, the run goes on without them); /tokenize answers the wrong
+    shape (every sample of that arm fails, saying so; the server life itself is fine)."""
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"good": [], "props": ["--fault", "endless-props"],
+                                               "tok": ["--fault", "bad-tokenize"]}, rounds=1)
+    p = cli("run", arms, "--results", results, "--plain", timeout=120)
+    assert p.returncode == 0, p.stderr
+    run = only_run(results)
+    m = meta(run)
+    assert m["status"] == "complete"
+    assert set(m["servers"]) == {"good", "tok"}  # the endless /props left no entry
+    assert all(s["valid"] for s in samples(run) if s["arm"] in ("good", "props"))
+    tok = [s for s in samples(run) if s["arm"] == "tok"]
+    assert len(tok) == 2 and all(s["status"] == "failed" for s in tok)
+    why = "tokenize failed at /tokenize: the answer: tokens is a string ('oops')"
+    assert all(s["reason"] == why for s in tok), tok
+    report = (run / "report.md").read_text()
+    assert f"Sample failed: arm tok, round 0, decode 64 rep 0: {why}." in report
     wait_gone(str(ref))
 
 
