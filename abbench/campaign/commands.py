@@ -57,8 +57,16 @@ class Output:
 
 
 def _ran(outcome: RunOutcome, *extra: str) -> Output:
-    return Output(outcome.report_md, [*extra, f"Stored in {outcome.run.path}"],
-                  1 if outcome.failed_slots else 0)
+    """A finished run: its report; exit 1, naming the command that runs the failed
+    rounds again, when some server lives failed."""
+    out = Output(outcome.report_md, [*extra, f"Stored in {outcome.run.path}"])
+    if outcome.failed_slots:
+        run = outcome.run
+        out.code = 1
+        out.stderr.append(f"{outcome.failed_slots} server life(s) failed (the report says why); "
+                          f"to run their rounds again: abbench run --resume {run.id} "
+                          f"--results {run.path.parent}")
+    return out
 
 
 def run(arms_file: Path | None, *, rounds: int | None, seed: int | None,

@@ -453,3 +453,81 @@ def test_abbench_killed_right_after_the_fork_leaves_no_grandchild(tmp_path: Path
         wait_gone(str(ref), timeout=10)
     finally:  # a failed test must not leak the server either
         subprocess.run(["pkill", "-9", "-f", str(ref)], check=False)
+
+
+# ------------------------------------------------------------ abbench's own faults
+
+
+class _Boom:
+    """A slot task that raises an exception nobody foresaw, in one arm's lives."""
+
+    name = "boom"
+    cold = False
+
+    def __init__(self, arm: str):
+        self.arm = arm
+
+    def run(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        if ctx.arm.name == self.arm:
+            raise ValueError("boom")
+
+
+def test_an_unexpected_exception_fails_that_server_life_never_ok(
+        tmp_path: Path, ref: Path, results: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from abbench.campaign import commands, runner
+
+    real = runner.default_tasks
+    monkeypatch.setattr(runner, "default_tasks", lambda cfg: [*real(cfg), _Boom("b")])
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []})
+    out = commands.run(arms, rounds=None, seed=None, results=results, live=False,
+                       until_ci=None, max_rounds=None, resume=None)
+    run = only_run(results)
+    assert out.code == 1
+    assert out.stderr[-1] == ("2 server life(s) failed (the report says why); to run their "
+                              f"rounds again: abbench run --resume {run.name} --results {results}")
+    assert meta(run)["status"] == "complete"
+    failed = _failed_slots(run)
+    assert [(s["arm"], s["reason"]) for s in failed] == \
+        [("b", f"internal error: ValueError: boom (traceback in b-r{r}.log)") for r in (0, 1)]
+    assert "ValueError: boom" in (run / "logs" / "b-r0.log").read_text()  # the traceback
+    assert "arm b failed: internal error: ValueError: boom" in (run / "report.md").read_text()
+    wait_gone(str(ref))
+
+
+def test_an_unexpected_exception_between_slots_stops_the_run_failed_not_running(
+        tmp_path: Path, ref: Path, results: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from abbench.campaign import commands, runner
+    from abbench.errors import AbbenchError
+
+    def planned_then_boom(cfg, run, schedule, seed, progress):  # type: ignore[no-untyped-def]
+        yield from schedule[:2]
+        raise RuntimeError("boom between slots")
+
+    (tmp_path / "wd").mkdir()
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []}, defaults={"cwd": "wd"})
+    with monkeypatch.context() as m:
+        m.setattr(runner, "planned_and_more", planned_then_boom)
+        with pytest.raises(AbbenchError) as e:
+            commands.run(arms, rounds=None, seed=None, results=results, live=False,
+                         until_ci=None, max_rounds=None, resume=None)
+    run = only_run(results)
+    assert e.value.exit_code == 1
+    assert e.value.message == ("the run stopped: internal error: RuntimeError: boom between "
+                               f"slots; every sample written before is kept in "
+                               f"{run / 'samples.jsonl'}")
+    assert e.value.hint == (f"please report it with {run / 'error.log'}; then resume with: "
+                            f"abbench run --resume {run.name} --results {results}")
+    m_ = meta(run)
+    assert m_["status"] == "failed" and m_["error"].startswith("internal error: RuntimeError")
+    assert "RuntimeError: boom between slots" in (run / "error.log").read_text()
+    assert "| decode 64 (tok/s) |" in (run / "report.md").read_text()  # round 0 measured
+    # a resume whose checks fail (the arms' cwd is gone) leaves the run as it was
+    (tmp_path / "wd").rmdir()
+    p = cli("run", "--resume", run.name, "--results", results, "--plain")
+    assert p.returncode == 2 and "is not a directory" in p.stderr, p.stderr
+    assert meta(run)["status"] == "failed"
+    (tmp_path / "wd").mkdir()
+    p = cli("run", "--resume", run.name, "--results", results, "--plain")
+    assert p.returncode == 0, p.stderr
+    assert meta(run)["status"] == "complete" and meta(run)["rounds_done"] == 2
+    wait_gone(str(ref))
