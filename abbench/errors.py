@@ -30,10 +30,12 @@ class AbbenchError(Exception):
     exit_code = 1
 
     def __init__(self, message: str, *, where: str | None = None, hint: str | None = None):
+        # a backstop: whatever a message echoes, it stays a few lines
+        message = clip(message, 1500) if len(message) > 1500 else message
         super().__init__(message)
         self.message = message
-        self.where = where
-        self.hint = hint
+        self.where = clip(where, 600) if where and len(where) > 600 else where
+        self.hint = clip(hint, 600) if hint and len(hint) > 600 else hint
 
     def __str__(self) -> str:
         parts = [f"{self.where}: {self.message}" if self.where else self.message]

@@ -33,6 +33,7 @@ from abbench.config.schema import (
     check_arm,
     config_for_storage,
     placeholder_values,
+    prompt_text,
 )
 from abbench.errors import (
     AbbenchError,
@@ -53,7 +54,7 @@ from abbench.server.process import Server, start_server
 from abbench.slot import SlotContext, SlotTask
 from abbench.store.run import Run
 from abbench.version import __version__
-from abbench.workload.decode import Client, PromptMaker, load_prompt_text, run_decode
+from abbench.workload.decode import Client, PromptMaker, run_decode
 
 
 @dataclass(frozen=True)
@@ -337,7 +338,7 @@ class Campaign:
             seed = (meta.get("seed") or 0) * 100003 + slot.index
             for w_index, workload in enumerate(self.cfg.workloads):
                 prompts = PromptMaker(client, seed=seed * 31 + w_index,
-                                      source_text=load_prompt_text(workload, self.cfg.base_dir))
+                                      source_text=prompt_text(self.cfg, w_index))
                 if w_index == 0:
                     self._warmup(slot, arm, server, client, prompts)
                 for context in workload.contexts:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from abbench import registry
+from abbench.errors import clip_repr
 
 
 class _Frozen(BaseModel):
@@ -100,7 +101,7 @@ class LogRegexSettings(_Rate):
         try:
             rx = re.compile(v)
         except re.error as e:
-            raise ValueError(f"pattern {v!r} is not a regex: {e}") from None
+            raise ValueError(f"pattern {clip_repr(v)} is not a regex: {e}") from None
         if rx.groups < 1:
             raise ValueError("pattern needs a group that captures the number, e.g. "
                              r"'misses=(\d+)'")
@@ -139,7 +140,7 @@ class PluginSettings(BaseModel):
     def _registered(cls, kind: str) -> str:
         known = registry.names("abbench.collectors")
         if kind not in known:
-            raise ValueError(f"unknown collector kind {kind!r}; known: {', '.join(known)} "
+            raise ValueError(f"unknown collector kind {clip_repr(kind)}; known: {', '.join(known)} "
                              "(a package of your own adds one with an abbench.collectors "
                              "entry point)")
         return kind

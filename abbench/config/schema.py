@@ -30,10 +30,11 @@ from pydantic_core import PydanticCustomError
 
 from abbench import registry
 from abbench.config.collectors import CollectorSettings
+from abbench.config.files import ARMS_FILE_MAX, PROMPT_TEXT_MAX, load_yaml, read_text
 from abbench.config.presets import get_preset, with_overrides
 from abbench.config.quality import FingerprintConfig, QualityConfig
 from abbench.config.stats import StatsConfig
-from abbench.errors import ConfigError
+from abbench.errors import ConfigError, clip, clip_repr
 from abbench.model.rows import RowKey
 
 SCHEMA_VERSION = 1
@@ -51,13 +52,13 @@ def parse_context(value: int | str) -> int:
         m = _CONTEXT_RE.match(str(value))
         if not m:
             raise ValueError(
-                f"{value!r} is not a context length: write a number of tokens such as "
+                f"{clip_repr(value)} is not a context length: write a number of tokens such as "
                 "1000, 32K or 255K (K = 1024 tokens, M = 1024K)"
             )
         scale = {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
         n = int(float(m.group(1)) * scale)
     if n < 1:
-        raise ValueError(f"a context length must be at least 1 token, got {value!r}")
+        raise ValueError(f"a context length must be at least 1 token, got {clip_repr(value)}")
     return n
 
 
@@ -274,7 +275,8 @@ class Config(_Frozen):
         for a in self.arms:
             if a.name == name:
                 return a
-        raise ConfigError(f"no arm named {name!r}", hint=f"arms: {', '.join(self.arm_names)}")
+        raise ConfigError(f"no arm named {clip_repr(name)}",
+                          hint=f"arms: {', '.join(self.arm_names)}")
 
     @property
     def arm_names(self) -> list[str]:
@@ -331,11 +333,12 @@ def substitute(template: str, values: Mapping[str, str], *, where: str) -> str:
         return string.Formatter().vformat(template, (), _Strict(values))
     except KeyError as e:
         known = ", ".join("{" + k + "}" for k in values)
-        raise ConfigError(f"unknown placeholder {{{e.args[0]}}} in {template!r}", where=where,
+        raise ConfigError(f"unknown placeholder {{{clip(e.args[0], 60)}}} in "
+                          f"{clip_repr(template)}", where=where,
                           hint=f"known placeholders: {known}; add it under vars:, or write "
                                "{{ and }} for literal braces") from None
     except (ValueError, IndexError) as e:
-        raise ConfigError(f"bad placeholder syntax in {template!r}: {e}", where=where,
+        raise ConfigError(f"bad placeholder syntax in {clip_repr(template)}: {e}", where=where,
                           hint="placeholders look like {port}; write {{ and }} for literal "
                                "braces") from None
 
@@ -403,7 +406,7 @@ def check_arm(cfg: Config, arm: ResolvedArm, *, strict_exec: bool) -> list[str]:
     where = f"{cfg.source or 'arms file'}: arms[{idx}] ({arm.name})"
     warnings: list[str] = []
     if not Path(arm.cwd).is_dir():
-        raise ConfigError(f"cwd {arm.cwd!r} is not a directory", where=f"{where}.cwd",
+        raise ConfigError(f"cwd {clip_repr(arm.cwd)} is not a directory", where=f"{where}.cwd",
                           hint="create it, or give a path relative to the arms file")
     values = placeholder_values(cfg, arm, port=1, round_=0)
     if arm.shell:
@@ -433,14 +436,15 @@ def check_arm(cfg: Config, arm: ResolvedArm, *, strict_exec: bool) -> list[str]:
         if not p.is_absolute():
             p = Path(arm.cwd) / p
         if not p.exists():
-            raise ConfigError(f"program {prog!r} does not exist", where=f"{where}.start[0]",
+            raise ConfigError(f"program {clip_repr(prog)} does not exist",
+                              where=f"{where}.start[0]",
                               hint="build it first (scripts/realparts.sh builds llama-server) "
                                    "or fix the path")
         if not (p.is_file() and os.access(p, os.X_OK)):
-            raise ConfigError(f"program {prog!r} is not an executable file",
+            raise ConfigError(f"program {clip_repr(prog)} is not an executable file",
                               where=f"{where}.start[0]", hint=f"chmod +x {prog}, or fix the path")
     elif shutil.which(prog) is None:
-        msg = f"program {prog!r} is not on PATH"
+        msg = f"program {clip_repr(prog)} is not on PATH"
         if strict_exec:
             raise ConfigError(msg, where=f"{where}.start[0]",
                               hint="install it, activate its environment, or give a full path")
@@ -492,11 +496,12 @@ def _expand_tree(node: Any, path: tuple[Any, ...], src: str,
 def _fmt_loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        name = clip(part, 60)
+        out += f"[{part}]" if isinstance(part, int) else (f".{name}" if out else name)
     return out or "(top level)"
 
 
-def _line_map(text: str) -> dict[tuple[Any, ...], int]:
+def _line_map(root: yaml.Node | None) -> dict[tuple[Any, ...], int]:
     """Map each YAML path to its 1-based line, for error messages."""
     lines: dict[tuple[Any, ...], int] = {}
 
@@ -512,14 +517,21 @@ def _line_map(text: str) -> dict[tuple[Any, ...], int]:
             for i, v in enumerate(node.value):
                 walk(v, (*path, i))
 
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return lines
     if root is not None:
         walk(root, ())
     return lines
 
+
+def _compose(text: str) -> yaml.Node | None:
+    """The node tree of ``text`` (for line numbers), or None when it does not parse."""
+    try:
+        return load_yaml(text, where="")[1]
+    except ConfigError:
+        return None
+
+
+#: problems of one file listed in its message before the rest are counted
+MOST_PROBLEMS = 3
 
 _HINTS = {
     "extra_forbidden": "remove it or check its spelling; README.md lists every field",
@@ -548,11 +560,14 @@ _HINTS = {
 _UNION_TAGS = {"int", "str", "float", "bool", "list", "dict", "constrained-int"}
 
 
-def config_from_data(data: Any, *, source: str, text: str = "") -> Config:
+def config_from_data(data: Any, *, source: str, text: str = "",
+                     root: yaml.Node | None = None) -> Config:
+    """A :class:`Config` of YAML ``data`` (``root``, or else ``text``, gives the lines
+    for messages)."""
     if not isinstance(data, dict):
         raise ConfigError("the file must be a YAML mapping (arms:, workloads:, ...)", where=source,
                           hint="see arms/llama-cpu.yaml for an example")
-    lines = _line_map(text)
+    lines = _line_map(root if root is not None else _compose(text) if text else None)
     data = _expand_tree(data, (), source, lines)
     try:
         cfg = Config.model_validate({**data, "source": source})
@@ -572,7 +587,7 @@ def _config_error(e: ValidationError, source: str,
             loc = ("baseline",)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = f"unknown key {loc[-1]!r}"
+            msg = f"unknown key {clip_repr(loc[-1], 60)}"
         if msg.startswith("arm names must be unique"):
             hint = hint or "give each arm its own name"
         by_loc.setdefault(loc, []).append(msg)
@@ -586,71 +601,54 @@ def _config_error(e: ValidationError, source: str,
             probe = probe[:-1]
         at = f"line {line}, " if line else ""
         msgs.append(f"{at}{_fmt_loc(loc)}: " + ", or ".join(parts))
+    if len(msgs) > MOST_PROBLEMS:  # the first ones say enough
+        msgs = [*msgs[:MOST_PROBLEMS], f"and {len(msgs) - MOST_PROBLEMS} more problem(s)"]
     return ConfigError("; ".join(msgs), where=source,
                        hint=hint or "fix the field named; README.md documents each field")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the
-    last one silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            try:
-                key = self.construct_object(key_node, deep=deep)
-                first = seen.setdefault(key, key_node.start_mark.line + 1)
-            except TypeError:  # an unhashable key: the base class says so
-                continue
-            if first != key_node.start_mark.line + 1:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {key!r} is given twice (first on line {first})",
-                    key_node.start_mark)
-        return super().construct_mapping(node, deep)
+def prompt_text(cfg: Config, index: int,
+                lines: dict[tuple[Any, ...], int] | None = None) -> str | None:
+    """The text of workload ``index``'s prompt file (None for filler), read with the
+    caps of every input file; refused when it holds no text."""
+    w = cfg.workloads[index]
+    if w.prompt.source != "file" or not w.prompt.path:
+        return None
+    p = Path(w.prompt.path)
+    p = p if p.is_absolute() else cfg.base_dir / p
+    loc = ("workloads", index, "prompt", "path")
+    line = (lines or {}).get(loc) or (lines or {}).get(loc[:3])
+    where = f"{cfg.source or 'arms file'}: {f'line {line}, ' if line else ''}{_fmt_loc(loc)}"
+    label = f"the prompt file {clip_repr(str(p))}"
+    hint = "give a text file, relative to the arms file"
+    if w.prompt.path.startswith("~"):
+        hint += " (~ is not expanded: write ${HOME}/...)"
+    text = read_text(p, limit=PROMPT_TEXT_MAX, where=where, label=label, hint=hint,
+                     kind="a prompt file")
+    if not text.strip():
+        raise ConfigError(f"{label} holds no text", where=where, hint=hint)
+    return text
 
 
 def _check_files(cfg: Config, src: str, lines: dict[tuple[Any, ...], int]) -> None:
-    """Files the config names that must exist before a run (prompt texts)."""
-    for i, w in enumerate(cfg.workloads):
-        if w.prompt.source == "file" and w.prompt.path:
-            p = Path(w.prompt.path)
-            p = p if p.is_absolute() else cfg.base_dir / p
-            if not p.is_file():
-                loc = ("workloads", i, "prompt", "path")
-                line = lines.get(loc) or lines.get(loc[:3])
-                at = f"line {line}, " if line else ""
-                raise ConfigError(f"{at}{_fmt_loc(loc)}: the prompt file {str(p)!r} does not "
-                                  "exist", where=src,
-                                  hint="give a text file, relative to the arms file")
+    """Files the config names that must be readable before a run (prompt texts)."""
+    for i in range(len(cfg.workloads)):
+        prompt_text(cfg, i, lines)
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
     p = Path(path)
     src = str(p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("no such file", where=src, hint="give the path of an arms file, "
-                          "e.g. arms/llama-cpu.yaml") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read the file: {e}", where=src) from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(e, "problem", None) or str(e)
-        twice = "given twice" in problem
-        raise ConfigError(f"{at}{'YAML error' if twice else 'YAML syntax error'}: {problem}",
-                          where=src, hint="keep one of them" if twice else
-                          "check indentation and quoting near that line") from None
+    text = read_text(p, limit=ARMS_FILE_MAX, where=src, kind="an arms file",
+                     hint="give the path of an arms file, e.g. arms/llama-cpu.yaml")
+    data, root = load_yaml(text, where=src)
     if data is None:
         raise ConfigError("the file is empty", where=src,
                           hint="see arms/llama-cpu.yaml for an example")
-    cfg = config_from_data(data, source=src, text=text)
+    cfg = config_from_data(data, source=src, root=root)
     for arm in cfg.resolved_arms():  # resolves presets and start commands: fail early
         check_arm(cfg, arm, strict_exec=False)
-    _check_files(cfg, src, _line_map(text))
+    _check_files(cfg, src, _line_map(root))
     return cfg
 
 

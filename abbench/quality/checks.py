@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from abbench.config.files import ITEM_FILE_MAX, load_yaml, read_text
 from abbench.config.quality import Check, QualityConfig, QualityItem
 from abbench.config.schema import Config, placeholder_values, substitute
-from abbench.errors import ConfigError, Interrupted, RequestError
+from abbench.errors import ConfigError, Interrupted, RequestError, clip, clip_repr
 from abbench.slot import SlotContext, SlotTask
 from abbench.workload.greedy import generate
 
@@ -52,15 +52,26 @@ class ItemFile:
     items: list[Any]
 
 
-def load_item_file(path: Path, model: type[M], *, key: str) -> ItemFile:
+def load_item_file(path: Path, model: type[M], *, key: str, where: str | None = None,
+                   label: str | None = None) -> ItemFile:
     """Read a YAML file (a list, or a mapping with ``name``, ``max_tokens`` and ``key``)
-    or a JSONL file (one item per line) into validated ``model`` items."""
-    where = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read it: {e.strerror or e}", where=where,
-                          hint="fix the path (relative paths start at the arms file)") from None
+    or a JSONL file (one item per line) into validated ``model`` items.
+
+    Read like every input file (:mod:`abbench.config.files`: a regular file of at most
+    1 MiB of UTF-8, YAML within its caps). Errors are at ``where`` (the arms file's
+    field that names this file) and name the file as ``label``; without ``where``,
+    at the file itself."""
+    label = label or f"the file {clip_repr(str(path))}"
+
+    def refuse(msg: str, hint: str | None = None) -> ConfigError:
+        if where is None:
+            return ConfigError(msg, where=str(path), hint=hint)
+        return ConfigError(f"{label}: {msg}", where=where, hint=hint)
+
+    text = read_text(path, limit=ITEM_FILE_MAX, where=where or str(path),
+                     label=label if where else "the file",
+                     hint="fix the path (relative paths start at the arms file)",
+                     kind="a prompt-set or suite file")
     header: dict[str, Any] = {}
     if path.suffix == ".jsonl":
         raw: list[tuple[str, Any]] = []
@@ -68,43 +79,45 @@ def load_item_file(path: Path, model: type[M], *, key: str) -> ItemFile:
             if line.strip():
                 try:
                     raw.append((f"line {lineno}", json.loads(line)))
-                except ValueError as e:
-                    raise ConfigError(f"line {lineno}: not JSON: {e}", where=where) from None
+                except (ValueError, RecursionError) as e:
+                    raise refuse(f"line {lineno}: not JSON: {clip(e)}",
+                                 "one JSON object per line") from None
     else:
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"YAML syntax error: {e}", where=where) from None
+            data, _root = load_yaml(text, where=str(path))
+        except ConfigError as e:
+            raise refuse(e.message, e.hint) from None
         if isinstance(data, dict):
             header = {k: v for k, v in data.items() if k != key}
             data = data.get(key)
         if not isinstance(data, list) or not data:
-            raise ConfigError(f"no items: expected a list, or a mapping with {key}: [...]",
-                              where=where, hint="see abbench/data/quality-default.yaml")
+            raise refuse(f"no items: expected a list, or a mapping with {key}: [...]",
+                         "see abbench/data/quality-default.yaml")
         raw = [(f"{key}[{i}]", item) for i, item in enumerate(data)]
-    unknown = set(header) - {"name", "max_tokens", "description"}
+    unknown = {clip(k, 40) for k in header} - {"name", "max_tokens", "description"}
     if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(sorted(unknown))}", where=where,
-                          hint=f"a file has name:, max_tokens:, description: and {key}:")
+        raise refuse(f"unknown key(s) {', '.join(sorted(unknown))}",
+                     f"a file has name:, max_tokens:, description: and {key}:")
     items: list[Any] = []
     for i, (loc, obj) in enumerate(raw):
         try:
             item = model.model_validate(obj)
         except ValidationError as e:
             msgs = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(item)'}: "
-                             f"{err['msg'].removeprefix('Value error, ')}" for err in e.errors())
-            raise ConfigError(f"{loc}: {msgs}", where=where) from None
+                             f"{err['msg'].removeprefix('Value error, ')}"
+                             for err in e.errors()[:3])
+            raise refuse(f"{loc}: {clip(msgs, 400)}", "fix that item") from None
         if getattr(item, "id", None) is None:
             item = item.model_copy(update={"id": f"p{i + 1}"})
         items.append(item)
     ids = [it.id for it in items]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
-        raise ConfigError(f"repeated ids: {', '.join(dup)}", where=where,
-                          hint="give every item its own id:")
+        raise refuse(f"repeated ids: {clip(', '.join(dup))}", "give every item its own id:")
     max_tokens = header.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ConfigError("max_tokens must be a positive integer", where=where)
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                   or max_tokens < 1):
+        raise refuse("max_tokens must be a positive integer", "write e.g. max_tokens: 32")
     return ItemFile(name=str(header.get("name") or path.stem), path=path, max_tokens=max_tokens,
                     items=items)
 
@@ -210,7 +223,7 @@ def run_command(template: str, values: dict[str, str], *, cwd: Path, timeout: fl
             proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as e:
-            raise ConfigError(f"cannot run {argv[0]!r}: {e.strerror or e}",
+            raise ConfigError(f"cannot run {clip_repr(argv[0])}: {e.strerror or e}",
                               where="quality.command",
                               hint="give a program on PATH or a path relative to the arms "
                                    "file") from None

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from abbench.config.presets import arm_preset
@@ -335,15 +334,6 @@ class PromptMaker:
             raise RequestError(f"context {length} is shorter than the prompt's head "
                                f"({len(head)} tokens)", hint="use a longer context")
         return head + self.filler(length - len(head)), nonce
-
-
-def load_prompt_text(workload: Workload, base_dir: Path) -> str | None:
-    if workload.prompt.source != "file" or not workload.prompt.path:
-        return None
-    p = Path(workload.prompt.path)
-    if not p.is_absolute():
-        p = base_dir / p
-    return p.read_text(encoding="utf-8")
 
 
 # -------------------------------------------------------------- one decode
