@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from abbench.campaign.calibrate import calibrate
+from abbench.campaign.preflight import check_config
 from abbench.campaign.progress import make_progress
 from abbench.campaign.resume import resume_run
 from abbench.campaign.runner import Campaign, RunOptions, RunOutcome
@@ -93,9 +94,11 @@ def validate(arms_files: list[Path], *, rounds: int | None, seed: int | None) ->
     out = Output()
     for path in arms_files:
         try:
-            cfg = load_config(path)
-            schedule, drawn = plan(cfg, rounds=rounds, seed=seed)
-            out.stdout += describe_plan(cfg, schedule, drawn, rounds=rounds) + "\n"
+            checked = check_config(load_config(path), strict_exec=False)  # as run checks
+            schedule, drawn = plan(checked.cfg, rounds=rounds, seed=seed)
+            out.stdout += describe_plan(checked.cfg, schedule, drawn, rounds=rounds,
+                                        warnings=checked.warnings,
+                                        sets=checked.set_sources()) + "\n"
         except AbbenchError as e:
             out.stderr.append(f"Error: {e}")
             out.code = max(out.code, e.exit_code)

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from abbench import registry
 from abbench.campaign.environment import environment
+from abbench.campaign.preflight import check_config
 from abbench.campaign.progress import Progress, SilentProgress
 from abbench.campaign.until_ci import planned_and_more
 from abbench.collectors.tasks import workload_window
@@ -30,7 +30,6 @@ from abbench.config.plan import plan
 from abbench.config.schema import (
     Config,
     ResolvedArm,
-    check_arm,
     config_for_storage,
     placeholder_values,
     prompt_text,
@@ -116,21 +115,16 @@ class Campaign:
         self.cfg = cfg
         self.opts = opts
         self.progress = progress or SilentProgress()
-        self.tasks = tasks if tasks is not None else default_tasks(cfg)
+        checked = check_config(cfg, strict_exec=True)  # exit 2 before anything starts
+        self.tasks = tasks if tasks is not None else checked.tasks
+        self.warnings = checked.warnings
         self.arms = {a.name: a for a in cfg.resolved_arms()}
         self.stop_event = threading.Event()
         self.timing = Timing()
         self.run: Run | None = None
         self.failed = 0
-        self.warnings: list[str] = []
-        self.preflight()
 
     # ----------------------------------------------------------- set-up
-    def preflight(self) -> None:
-        """Every check that needs no server: fail with exit 2 before starting any."""
-        for arm in self.arms.values():
-            self.warnings += check_arm(self.cfg, arm, strict_exec=True)
-
     def create_run(self, schedule: list[Slot], seed: int) -> Run:
         rounds = self.opts.rounds or self.cfg.rounds
         meta = {
@@ -150,6 +144,7 @@ class Campaign:
             "schedule": [[s.round, s.position, s.arm] for s in schedule],
             "environment": environment(),
             "servers": {},
+            "warnings": self.warnings,
             "pid": os.getpid(),
         }
         return Run.create(self.opts.results, meta, config_for_storage(self.cfg))
@@ -398,14 +393,6 @@ class Campaign:
             trouble = _server_trouble(server)
             if trouble:
                 raise _SlotFailed(f"{trouble} ({rec['reason']}); log: {server.log_path}")
-
-
-def default_tasks(cfg: Config) -> list[SlotTask]:
-    """The slot tasks a config asks for: every abbench.tasks provider's, in order."""
-    tasks: list[SlotTask] = []
-    for name in registry.names("abbench.tasks"):
-        tasks += registry.load("abbench.tasks", name)(cfg)
-    return tasks
 
 
 class _SlotFailed(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from abbench.config.schema import ResolvedArm
 from abbench.slot import SlotContext
 
 SERVER_ROW = "server"  # the workload name of a whole-server-life window
@@ -42,6 +43,11 @@ class Collector:
     """One configured collector. Hooks are no-ops unless overridden."""
 
     name = "collector"
+
+    def check(self, arm: ResolvedArm) -> list[str]:
+        """Before any server starts: raise ConfigError when this collector can never
+        measure with ``arm`` (its preset lacks what it reads); return warnings."""
+        return []
 
     def begin_server(self, ctx: SlotContext) -> None:
         """The server is ready (before warm-up)."""

@@ -27,6 +27,7 @@ from abbench.config.collectors import (
     _Rate,
 )
 from abbench.config.presets import Preset, arm_preset
+from abbench.config.schema import ResolvedArm
 from abbench.errors import ConfigError, RequestError
 from abbench.slot import SlotContext
 
@@ -123,6 +124,15 @@ class PrometheusCollector(_RateCollector):
                                    "or misses_counter under preset_fields:")
         return preset.misses_counter, s.minus or preset.misses_minus_counter
 
+    def check(self, arm: ResolvedArm) -> list[str]:
+        preset = arm_preset(arm)
+        self._names(preset)
+        if not (self.settings.path or preset.metrics_path):
+            raise ConfigError(f"preset {preset.name} has no metrics path",
+                              hint="give path: in the prometheus collector, or metrics_path "
+                                   "under preset_fields:")
+        return []
+
     def _scrape(self, ctx: SlotContext) -> tuple[str | None, str | None]:
         path = self.settings.path or arm_preset(ctx.arm).metrics_path
         if not path:
@@ -215,6 +225,14 @@ class ResponseFieldCollector(_RateCollector):
 
     def __init__(self, settings: ResponseFieldSettings):
         self.settings = settings
+
+    def check(self, arm: ResolvedArm) -> list[str]:
+        preset = arm_preset(arm)
+        if not (self.settings.field or preset.cached_tokens_fields):
+            raise ConfigError(f"preset {preset.name} names no cached-tokens field",
+                              hint="give field: in the response_field collector, or "
+                                   "cached_tokens_fields under preset_fields:")
+        return []
 
     def begin_window(self, ctx: SlotContext, row: str) -> WindowState:
         return WindowState(row)
@@ -317,6 +335,14 @@ class FlushCollector(Collector):
 
     def __init__(self, settings: FlushSettings):
         self.settings = settings
+
+    def check(self, arm: ResolvedArm) -> list[str]:
+        preset = arm_preset(arm)
+        if not (self.settings.path or preset.flush_path):
+            raise ConfigError(f"preset {preset.name} has no cache-flush endpoint",
+                              hint="give path: in the flush collector, or flush_path under "
+                                   "preset_fields:, or leave the flush collector out")
+        return []
 
     def begin_window(self, ctx: SlotContext, row: str) -> None:
         path = self.settings.path or arm_preset(ctx.arm).flush_path

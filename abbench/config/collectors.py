@@ -5,14 +5,23 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+)
 
 from abbench import registry
+from abbench.config.base import Frozen, endpoint_path
 from abbench.errors import clip_repr
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Frozen(Frozen):
+    pass
 
 
 Window = Literal["workload", "server"]
@@ -63,7 +72,8 @@ class PrometheusSettings(_Rate):
                               "not given")
     labels: dict[str, str] = Field(default_factory=dict, description="only series with these "
                                    "label values count (summed over the rest)")
-    path: str | None = Field(None, description="metrics path; default: the preset's")
+    path: Annotated[str | None, AfterValidator(endpoint_path)] = Field(
+        None, description="metrics path; default: the preset's")
     settle_s: float = Field(1.0, ge=0, le=30, description="at a window's end, wait up to this "
                             "long for the counters to stop moving")
 
@@ -123,7 +133,8 @@ class FlushSettings(_Frozen):
     cache. Each flush is recorded with its HTTP status."""
 
     kind: Literal["flush"]
-    path: str | None = Field(None, description="default: the preset's flush_path")
+    path: Annotated[str | None, AfterValidator(endpoint_path)] = Field(
+        None, description="default: the preset's flush_path")
     method: Literal["POST", "GET"] = "POST"
 
 

@@ -157,6 +157,9 @@ def with_overrides(preset: Preset, overrides: Mapping[str, Any] | None, *,
             known = ", ".join(k for k in fields if k not in _OWN_KEYS)
             raise ConfigError(f"unknown preset field {clip_repr(key)}",
                               where=f"{where}.{clip(key, 60)}", hint=f"preset fields: {known}")
+        if key.endswith("_path") and isinstance(value, str) and not value.startswith("/"):
+            raise ConfigError(f"{clip_repr(value, 80)} is not an endpoint path",
+                              where=f"{where}.{key}", hint="start it with /, e.g. /metrics")
         if not _fits(getattr(preset, key), value):
             raise ConfigError(f"{key} must be like {getattr(preset, key)!r}, got "
                               f"{clip_repr(value)}", where=f"{where}.{key}")

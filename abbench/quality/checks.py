@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -130,7 +131,10 @@ def suite_path(cfg: Config, suite: str) -> Path:
 
 
 def load_suite(cfg: Config, suite: str) -> ItemFile:
-    return load_item_file(suite_path(cfg, suite), QualityItem, key="items")
+    path = suite_path(cfg, suite)
+    return load_item_file(path, QualityItem, key="items",
+                          where=f"{cfg.source or 'arms file'}: quality.suite",
+                          label=f"the quality suite {clip_repr(str(path))}")
 
 
 # ----------------------------------------------------------------------- checks
@@ -268,6 +272,37 @@ class QualityTask:
     def __init__(self, cfg: Config, qc: QualityConfig):
         self.qc = qc
         self.suite = load_suite(cfg, qc.suite) if qc.suite else None
+
+    def check(self, cfg: Config) -> list[str]:
+        """The command, before any server starts: it splits, its placeholders are
+        known, its program exists (one not on PATH here is a warning)."""
+        if self.qc.command is None:
+            return []
+        where = f"{cfg.source or 'arms file'}: quality.command"
+        try:
+            parts = shlex.split(self.qc.command)
+        except ValueError as e:
+            raise ConfigError(f"{clip_repr(self.qc.command)} does not split like a shell "
+                              f"command line: {e}", where=where,
+                              hint="close the quote, or escape it") from None
+        if not parts:
+            raise ConfigError("the command is empty", where=where,
+                              hint="give a command, e.g. python3 quality.py --base-url "
+                                   "{base_url}, or leave command: out")
+        values = placeholder_values(cfg, cfg.resolved_arms()[0], port=1, round_=0)
+        argv = [substitute(a, values, where=where) for a in parts]  # placeholders known?
+        prog = argv[0]
+        if "/" in prog:
+            p = Path(prog) if Path(prog).is_absolute() else cfg.base_dir / prog
+            if not (p.is_file() and os.access(p, os.X_OK)):
+                what = "is not an executable file" if p.exists() else "does not exist"
+                raise ConfigError(f"program {clip_repr(prog)} {what}", where=where,
+                                  hint="fix the path (relative paths start at the arms "
+                                       "file), or chmod +x it")
+        elif shutil.which(prog) is None:
+            return [f"{where}: program {clip_repr(prog)} is not on PATH here (every quality "
+                    "check would fail)"]
+        return []
 
     def run(self, ctx: SlotContext) -> None:
         if ctx.slot.round % self.qc.every:

@@ -474,10 +474,10 @@ class _Boom:
 
 def test_an_unexpected_exception_fails_that_server_life_never_ok(
         tmp_path: Path, ref: Path, results: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from abbench.campaign import commands, runner
+    from abbench.campaign import commands, preflight
 
-    real = runner.default_tasks
-    monkeypatch.setattr(runner, "default_tasks", lambda cfg: [*real(cfg), _Boom("b")])
+    real = preflight.default_tasks
+    monkeypatch.setattr(preflight, "default_tasks", lambda cfg: [*real(cfg), _Boom("b")])
     arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []})
     out = commands.run(arms, rounds=None, seed=None, results=results, live=False,
                        until_ci=None, max_rounds=None, resume=None)
