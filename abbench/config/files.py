@@ -48,8 +48,9 @@ _KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
 
 
 def _size(n: int) -> str:
-    if n >= 1024 * 1024:
-        return f"{n / 1024 / 1024:.1f} MiB".replace(".0 MiB", " MiB")
+    mib = 1024 * 1024
+    if n >= mib:
+        return f"{n // mib} MiB" if n % mib == 0 else f"{n / mib:.2f} MiB"
     return f"{n / 1024:.0f} KiB" if n >= 1024 else f"{n} bytes"
 
 
@@ -229,6 +230,10 @@ def load_yaml(text: str, *, where: str) -> tuple[Any, yaml.Node | None]:
         mark = getattr(e, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = clip(getattr(e, "problem", None) or str(e))
+        if "found another document" in problem:
+            raise ConfigError(f"{at}YAML error: a second document (---) in the file",
+                              where=where, hint="keep one document: the file is one mapping"
+                              ) from None
         twice = "given twice" in problem
         tag = "could not determine a constructor" in problem
         kind = "YAML error" if twice or tag else "YAML syntax error"

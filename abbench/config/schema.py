@@ -188,6 +188,16 @@ class ServerSpec(_Frozen):
     def _paths(cls, v: str | None) -> str | None:
         return endpoint_path(v)
 
+    @field_validator("start", mode="before")
+    @classmethod
+    def _no_mapping_items(cls, v: Any) -> Any:
+        for i, item in enumerate(v if isinstance(v, list) else []):
+            if isinstance(item, dict):
+                raise PydanticCustomError(
+                    "start_mapping", "item {i} is a mapping: YAML reads an unquoted {ph} "
+                    "as one", {"i": i, "ph": "{port}"})
+        return v
+
     @field_validator("start")
     @classmethod
     def _no_nul(cls, v: Any) -> Any:
@@ -752,6 +762,7 @@ _HINTS = {
     "nul": "remove the NUL character (\\0)",
     "plan_size": "split the campaign over several runs",
     "too_long": "split the arms over several files",
+    "start_mapping": "quote placeholders in start: lists: '{port}'",
 }
 
 # pydantic names the member of a union that failed ("int", "literal['auto']"):
@@ -781,8 +792,10 @@ def _config_error(e: ValidationError, source: str,
     by_loc: dict[tuple[Any, ...], list[str]] = {}
     hint = None
     for err in e.errors():
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (
-            "[" in p or p.startswith("function") or p in _UNION_TAGS)))
+        raw = err["loc"]
+        loc = tuple(p for i, p in enumerate(raw) if not (isinstance(p, str) and (
+            "[" in p or p.startswith("function") or p in _UNION_TAGS
+            or (i >= 2 and raw[i - 2] == "collectors" and isinstance(raw[i - 1], int)))))
         if err["type"] == "baseline":
             loc = ("baseline",)
         msg = err["msg"].removeprefix("Value error, ")
