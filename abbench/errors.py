@@ -7,6 +7,22 @@ Every error carries *what* went wrong, *where* (file, field, arm, round) and a
 
 from __future__ import annotations
 
+#: the most characters of a value (a key, a path, a server's answer) a message echoes
+ECHO_LIMIT = 200
+
+
+def clip(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``value`` as one line of at most about ``limit`` characters, for a message."""
+    text = (value if isinstance(value, str) else str(value)).replace("\r", " ").replace("\n", " ")
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def clip_repr(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``repr(value)``, clipped like :func:`clip`."""
+    return clip(repr(value), limit)
+
 
 class AbbenchError(Exception):
     """Base of all abbench errors. ``exit_code`` is what the CLI exits with."""
@@ -14,10 +30,12 @@ class AbbenchError(Exception):
     exit_code = 1
 
     def __init__(self, message: str, *, where: str | None = None, hint: str | None = None):
+        # a backstop: whatever a message echoes, it stays a few lines
+        message = clip(message, 1500) if len(message) > 1500 else message
         super().__init__(message)
         self.message = message
-        self.where = where
-        self.hint = hint
+        self.where = clip(where, 600) if where and len(where) > 600 else where
+        self.hint = clip(hint, 600) if hint and len(hint) > 600 else hint
 
     def __str__(self) -> str:
         parts = [f"{self.where}: {self.message}" if self.where else self.message]

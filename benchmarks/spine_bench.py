@@ -80,7 +80,7 @@ def client_capacity(tokens: int = 200_000, repeats: int = 3) -> float:
         client = Client(f"http://127.0.0.1:{port}", arm)
         for _ in range(100):
             try:
-                client.session.get(client.base_url + "/health", timeout=1)
+                client.get("/health", timeout=1)
                 break
             except Exception:
                 time.sleep(0.05)

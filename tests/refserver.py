@@ -9,8 +9,19 @@ Behaviour is set by flags:
   --drift D         the rate grows by the factor (1 + D) per request served
   --ttft S          seconds before the first token
   --startup S       seconds of 503 from /health before ready
-  --fault KIND      http500 | broken | short | hang | exit-on-start | never-ready,
-                    applied to every --fault-every'th completion (or at start-up)
+  --fault KIND      applied to every --fault-every'th completion (or at start-up):
+                    http500        an HTTP 500 answer
+                    broken         a torn chunk, then the connection drops
+                    short          3 tokens fewer than asked
+                    hang           stops sending mid-stream (still answers /health)
+                    wrong-shape    the 3rd chunk's "choices" is a string
+                    nan-usage      usage.completion_tokens is NaN (a bare NaN in the JSON)
+                    torn           every event split in two writes mid-JSON (valid SSE)
+                    error-mid-stream  an error event (code 500) after half the tokens
+                    endless        tokens that never end (no usage, no [DONE])
+                    exit-on-start | never-ready   at start-up
+                    endless-props  GET /props sends a body that never ends
+                    bad-tokenize   POST /tokenize answers {"tokens": "oops"}
   --burst           prebuild each stream and send it at once (client-capacity bench)
   --slots N         completions served at once, the rest wait (llama.cpp's -np); 4
 """
@@ -19,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -75,6 +87,16 @@ class Handler(BaseHTTPRequestHandler):
                 self._json(200, {"status": "ok"})
             else:
                 self._json(503, {"error": {"message": "Loading model"}})
+        elif self.path == "/props" and st.args.fault == "endless-props":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            piece = b"[" * 65536
+            with contextlib.suppress(OSError):
+                while True:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.close_connection = True
         elif self.path == "/props":
             self._json(200, {"build_info": "refserver", "rate": st.args.rate,
                              "model_path": "reference", "total_slots": st.args.slots})
@@ -96,6 +118,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         st = self.state
         body = self._body()
+        if self.path == "/tokenize" and st.args.fault == "bad-tokenize":
+            self._json(200, {"tokens": "oops"})
+            return
         if self.path == "/tokenize":
             words = str(body.get("content", "")).split()
             ids = [word_id(w) for w in words]
@@ -132,8 +157,13 @@ class Handler(BaseHTTPRequestHandler):
         def send(obj: object) -> None:
             data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) \
                 + b"\n\n"
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
+            pieces = [data[:len(data) // 2], data[len(data) // 2:]] \
+                if faulty and a.fault == "torn" else [data]
+            for piece in pieces:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.flush()
+                if len(pieces) > 1:
+                    time.sleep(0.002)
 
         if a.burst:  # the whole stream prebuilt and written at once: as fast as we can send
             parts = [b'data: {"choices":[{"text":" w%d","index":0,"finish_reason":null}]}\n\n'
@@ -154,6 +184,14 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(a.ttft)
         t_first = time.perf_counter()
         t_last = t_first
+        if faulty and a.fault == "endless":
+            with contextlib.suppress(OSError):
+                for i in itertools.count():
+                    send({"choices": [{"text": f" w{i}", "index": 0, "finish_reason": None}]})
+                    if rate:
+                        time.sleep(1 / rate)
+            self.close_connection = True
+            return
         for i in range(n):
             if rate:
                 target = t_first + i / rate
@@ -167,6 +205,16 @@ class Handler(BaseHTTPRequestHandler):
                 return
             if faulty and a.fault == "hang" and i == n // 2:
                 time.sleep(3600)
+            if faulty and a.fault == "error-mid-stream" and i == n // 2:
+                send({"error": {"code": 500, "message": "reference fault mid-stream",
+                                "type": "server_error"}})
+                send(b"[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                return
+            if faulty and a.fault == "wrong-shape" and i == 2:
+                send({"choices": "oops"})
+                continue
             t_last = time.perf_counter()
             send({"choices": [{"text": f" w{i}", "index": 0, "finish_reason": None}]})
         with st.lock:
@@ -178,8 +226,12 @@ class Handler(BaseHTTPRequestHandler):
                    "predicted_per_second": (n - 1) / (gen_ms / 1e3) if gen_ms > 0 else None}
         send({"choices": [{"text": "", "index": 0, "finish_reason": "length"}],
               "timings": timings})
-        send({"choices": [], "usage": {"prompt_tokens": n_prompt, "completion_tokens": n,
-                                       "total_tokens": n_prompt + n}})
+        if faulty and a.fault == "nan-usage":
+            send(b'{"choices": [], "usage": {"prompt_tokens": %d, "completion_tokens": NaN}}'
+                 % n_prompt)
+        else:
+            send({"choices": [], "usage": {"prompt_tokens": n_prompt, "completion_tokens": n,
+                                           "total_tokens": n_prompt + n}})
         send(b"[DONE]")
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from abbench.campaign.calibrate import calibrate
+from abbench.campaign.preflight import check_config
 from abbench.campaign.progress import make_progress
 from abbench.campaign.resume import resume_run
 from abbench.campaign.runner import Campaign, RunOptions, RunOutcome
@@ -64,8 +65,16 @@ class Output:
 
 
 def _ran(outcome: RunOutcome, *extra: str) -> Output:
-    return Output(outcome.report_md, [*extra, f"Stored in {outcome.run.path}"],
-                  1 if outcome.failed_slots else 0)
+    """A finished run: its report; exit 1, naming the command that runs the failed
+    rounds again, when some server lives failed."""
+    out = Output(outcome.report_md, [*extra, f"Stored in {outcome.run.path}"])
+    if outcome.failed_slots:
+        run = outcome.run
+        out.code = 1
+        out.stderr.append(f"{outcome.failed_slots} server life(s) failed (the report says why); "
+                          f"to run their rounds again: abbench run --resume {run.id} "
+                          f"--results {run.path.parent}")
+    return out
 
 
 def run(arms_file: Path | None, *, rounds: int | None, seed: int | None,
@@ -92,9 +101,11 @@ def validate(arms_files: list[Path], *, rounds: int | None, seed: int | None) ->
     out = Output()
     for path in arms_files:
         try:
-            cfg = load_config(path)
-            schedule, drawn = plan(cfg, rounds=rounds, seed=seed)
-            out.stdout += describe_plan(cfg, schedule, drawn, rounds=rounds) + "\n"
+            checked = check_config(load_config(path), strict_exec=False)  # as run checks
+            schedule, drawn = plan(checked.cfg, rounds=rounds, seed=seed)
+            out.stdout += describe_plan(checked.cfg, schedule, drawn, rounds=rounds,
+                                        warnings=checked.warnings,
+                                        sets=checked.set_sources()) + "\n"
         except AbbenchError as e:
             out.stderr.append(f"Error: {e}")
             out.code = max(out.code, e.exit_code)

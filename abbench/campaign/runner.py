@@ -15,15 +15,14 @@ import json
 import os
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-import requests
-
-from abbench import registry
 from abbench.campaign.environment import environment
+from abbench.campaign.preflight import check_config
 from abbench.campaign.progress import Progress, SilentProgress
 from abbench.campaign.until_ci import planned_and_more
 from abbench.collectors.tasks import workload_window
@@ -31,10 +30,10 @@ from abbench.config.plan import plan
 from abbench.config.schema import (
     Config,
     ResolvedArm,
-    check_arm,
     config_for_storage,
     format_cpus,
     placeholder_values,
+    prompt_text,
 )
 from abbench.errors import (
     AbbenchError,
@@ -43,6 +42,7 @@ from abbench.errors import (
     RequestError,
     ServerError,
     StoreError,
+    clip,
 )
 from abbench.model.rounds import complete_rounds, read_state
 from abbench.model.schedule import Slot
@@ -54,7 +54,7 @@ from abbench.server.process import Server, start_server
 from abbench.slot import SlotContext, SlotTask
 from abbench.store.run import Run
 from abbench.version import __version__
-from abbench.workload.decode import Client, PromptMaker, load_prompt_text, run_decode
+from abbench.workload.decode import Client, PromptMaker, run_decode
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,9 @@ class Campaign:
         self.cfg = cfg
         self.opts = opts
         self.progress = progress or SilentProgress()
-        self.tasks = tasks if tasks is not None else default_tasks(cfg)
+        checked = check_config(cfg, strict_exec=True)  # exit 2 before anything starts
+        self.tasks = tasks if tasks is not None else checked.tasks
+        self.warnings = checked.warnings
         self.arms = {a.name: a for a in cfg.resolved_arms()}
         self.stop_event = threading.Event()
         self.timing = Timing()
@@ -124,11 +126,6 @@ class Campaign:
         self.failed = 0
 
     # ----------------------------------------------------------- set-up
-    def preflight(self) -> None:
-        """Every check that needs no server: fail with exit 2 before starting any."""
-        for arm in self.arms.values():
-            check_arm(self.cfg, arm, strict_exec=True)
-
     def create_run(self, schedule: list[Slot], seed: int) -> Run:
         rounds = self.opts.rounds or self.cfg.rounds
         meta = {
@@ -148,23 +145,48 @@ class Campaign:
             "schedule": [[s.round, s.position, s.arm] for s in schedule],
             "environment": environment(),
             "servers": {},
+            "warnings": self.warnings,
             "pid": os.getpid(),
         }
         return Run.create(self.opts.results, meta, config_for_storage(self.cfg))
 
     # ----------------------------------------------------------- running
     def execute(self, resume: Resumption | None = None) -> RunOutcome:
-        """Run the schedule (or, resuming, the slots ``resume`` says are left)."""
-        self.preflight()
+        """Run the schedule (or, resuming, the slots ``resume`` says are left).
+
+        However it ends, the run is not left ``running``: complete, interrupted (exit
+        130), or failed (a run-time error: exit 1), each with the report of what was
+        measured and, unless complete, the command that resumes it."""
         if resume is None:
             schedule, seed = plan(self.cfg, rounds=self.opts.rounds, seed=self.opts.seed)
             self.run = run = self.create_run(schedule, seed)
         else:
             self.run = run = resume.run
             schedule = resume.slots
-        self.progress.log(f"run {run.id}: {len(schedule)} server lives, results in {run.path}")
-        status, why = "complete", ""
         resume_hint = f"resume with: abbench run --resume {run.id} --results {self.opts.results}"
+        try:
+            status, why = self._run_schedule(run, schedule)
+        except BaseException as e:  # disk full, a bug, ...: keep what is written, say how
+            self._stopped(run, e, resume_hint)
+        meta = run.update_meta(status=status, finished=_now(), timing=self.timing.as_dict(),
+                               rounds_done=_rounds_done(run))
+        try:
+            report = self.write_report(meta)
+        except Exception as e:
+            raise AbbenchError(f"every sample is kept in {run.samples_path}, but the report "
+                               f"could not be written: {_what(e)}",
+                               hint=f"abbench report {run.id} --results {self.opts.results} "
+                                    "renders it again") from None
+        if status == "interrupted":
+            raise Interrupted(f"{why}; every sample measured so far is kept in "
+                              f"{run.samples_path}", hint=resume_hint)
+        return RunOutcome(run=run, report_md=report, status=status, failed_slots=self.failed)
+
+    def _run_schedule(self, run: Run, schedule: list[Slot]) -> tuple[str, str]:
+        """Every slot in order: ("complete", "") or ("interrupted", why)."""
+        self.progress.log(f"run {run.id}: {len(schedule)} server lives, results in {run.path}")
+        for w in self.warnings:
+            self.progress.log(f"warning: {w}")
         with handle_signals(self.stop_event):
             try:
                 self.progress.start(schedule[-1].index + 1 if schedule else 0)
@@ -172,34 +194,46 @@ class Campaign:
                     self.run_slot(slot)
                 self.progress.finish()
             except Interrupted as e:
-                status, why = "interrupted", e.message
                 self.progress.finish()
                 m = run.meta()
                 decided = self.cfg.stats.until_ci is None or (m.get("until_ci") or {}).get(
                     "stopped")
                 if decided and not read_state(run.records(), m).unfinished():
                     # every server life had ended and --until-ci (if on) had stopped
-                    status = "complete"
                     self.progress.log("interrupted after the last server stopped: the run "
                                       "is complete")
-            except AbbenchError as e:
-                # Disk full, results folder gone, ...: keep what is written, say how to go on.
-                self.progress.finish()
-                with contextlib.suppress(AbbenchError):
-                    run.update_meta(status="failed", error=str(e), timing=self.timing.as_dict())
-                if isinstance(e, StoreError):
-                    raise AbbenchError(
-                        f"the run stopped: {e.message}; every sample written before is kept "
-                        f"in {run.samples_path}", where=e.where,
-                        hint=f"{e.hint or 'fix the cause'}; then {resume_hint}") from None
-                raise
-        meta = run.update_meta(status=status, finished=_now(), timing=self.timing.as_dict(),
-                               rounds_done=_rounds_done(run))
-        report = self.write_report(meta)
-        if status == "interrupted":
-            raise Interrupted(f"{why}; every sample measured so far is kept in "
-                              f"{run.samples_path}", hint=resume_hint)
-        return RunOutcome(run=run, report_md=report, status=status, failed_slots=self.failed)
+                    return "complete", ""
+                return "interrupted", e.message
+        return "complete", ""
+
+    def _stopped(self, run: Run, e: BaseException, resume_hint: str) -> NoReturn:
+        """The run stopped on ``e``: mark it failed (interrupted for a stray
+        KeyboardInterrupt), write the report from what was measured, raise exit 1."""
+        with contextlib.suppress(Exception):
+            self.progress.finish()
+        if isinstance(e, KeyboardInterrupt):
+            e = Interrupted("stopped by SIGINT")
+        status = "interrupted" if isinstance(e, Interrupted) else "failed"
+        if isinstance(e, AbbenchError):
+            what, hint = e.message, e.hint or "fix the cause"
+        else:  # a bug: keep the traceback for the report of it
+            what = f"internal error: {_what(e)}"
+            hint = f"please report it with {run.path / 'error.log'}"
+            with contextlib.suppress(Exception):
+                run.write_text("error.log", "".join(traceback.format_exception(e)))
+        with contextlib.suppress(Exception):
+            run.update_meta(status=status, error=what, finished=_now(),
+                            timing=self.timing.as_dict(), rounds_done=_rounds_done(run))
+        with contextlib.suppress(Exception):
+            self.write_report(run.meta())
+        if isinstance(e, Interrupted):
+            raise Interrupted(f"{e.message}; every sample measured so far is kept in "
+                              f"{run.samples_path}", hint=resume_hint) from None
+        if not isinstance(e, Exception):  # SystemExit, GeneratorExit: not ours to turn
+            raise e
+        raise AbbenchError(f"the run stopped: {what}; every sample written before is kept "
+                           f"in {run.samples_path}", where=getattr(e, "where", None),
+                           hint=f"{hint}; then {resume_hint}") from None
 
     def slots(self, schedule: list[Slot], seed: int) -> Iterator[Slot]:
         """The planned slots, then the balanced blocks ``--until-ci`` adds."""
@@ -228,7 +262,8 @@ class Campaign:
         self.progress.slot(slot.index, slot.arm, slot.round, "starting server")
         t_start = time.time()
         server: Server | None = None
-        status, reason = "ok", None
+        status: str = "failed"
+        reason: str | None = "the server life did not finish"
         try:
             with self.timing.count("server_s"):
                 server = start_server(
@@ -241,6 +276,7 @@ class Campaign:
             self.progress.log(f"  {arm.name} round {slot.round}: ready in {ready_s:.1f} s "
                               f"(port {server.port})")
             self.serve(slot, arm, server, base)
+            status, reason = "ok", None
         except (ServerError, ConfigError) as e:  # ConfigError: the program vanished mid-run
             status, reason = "failed", e.message
             self.progress.log(f"  FAILED arm {arm.name}, round {slot.round}: {e}")
@@ -250,6 +286,15 @@ class Campaign:
         except Interrupted:
             status, reason = "interrupted", "abbench was interrupted"
             raise
+        except StoreError as e:  # the results disk: the run stops (execute says how)
+            status, reason = "failed", e.message
+            raise
+        except Exception as e:  # anything unforeseen fails this server life, never ok
+            log = self.run.log_path(arm.name, slot.round)
+            status, reason = "failed", f"internal error: {_what(e)} (traceback in {log.name})"
+            with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as f:
+                f.write("# abbench: " + "".join(traceback.format_exception(e)))
+            self.progress.log(f"  FAILED arm {arm.name}, round {slot.round}: {reason}")
         finally:
             code = None
             if server is not None:
@@ -289,7 +334,7 @@ class Campaign:
             seed = (meta.get("seed") or 0) * 100003 + slot.index
             for w_index, workload in enumerate(self.cfg.workloads):
                 prompts = PromptMaker(client, seed=seed * 31 + w_index,
-                                      source_text=load_prompt_text(workload, self.cfg.base_dir))
+                                      source_text=prompt_text(self.cfg, w_index))
                 if w_index == 0:
                     self._warmup(slot, arm, server, client, prompts)
                 for context in workload.contexts:
@@ -363,16 +408,13 @@ def arm_meta(a: ResolvedArm) -> dict[str, Any]:
     return out
 
 
-def default_tasks(cfg: Config) -> list[SlotTask]:
-    """The slot tasks a config asks for: every abbench.tasks provider's, in order."""
-    tasks: list[SlotTask] = []
-    for name in registry.names("abbench.tasks"):
-        tasks += registry.load("abbench.tasks", name)(cfg)
-    return tasks
-
-
 class _SlotFailed(Exception):
     pass
+
+
+def _what(e: BaseException) -> str:
+    """An unexpected exception in one line."""
+    return f"{type(e).__name__}: {clip(e)}" if str(e) else type(e).__name__
 
 
 def _now() -> str:
@@ -391,9 +433,7 @@ def _server_trouble(server: Server, timeout: float = 5.0) -> str | None:
     """
     if not server.alive():
         return f"the server died (exit code {server.proc.returncode})"
-    try:
-        requests.get(server.base_url + (server.arm.ready.path or "/health"), timeout=timeout)
-    except requests.RequestException:
+    if not server.responds(timeout):
         if not server.alive():
             return f"the server died (exit code {server.proc.returncode})"
         return f"the server hangs: no answer to GET {server.arm.ready.path} in {timeout:g} s"

@@ -1,10 +1,11 @@
-"""What every collector shares: the interface, the record it writes, metric specs."""
+"""What every collector shares: the interface, the record it writes, the window's samples."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from abbench.config.schema import ResolvedArm
 from abbench.slot import SlotContext
 
 
@@ -40,6 +41,11 @@ class Collector:
     """One configured collector. Hooks are no-ops unless overridden."""
 
     name = "collector"
+
+    def check(self, arm: ResolvedArm) -> list[str]:
+        """Before any server starts: raise ConfigError when this collector can never
+        measure with ``arm`` (its preset lacks what it reads); return warnings."""
+        return []
 
     def begin_server(self, ctx: SlotContext) -> None:
         """The server is ready (before warm-up)."""

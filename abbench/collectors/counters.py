@@ -8,7 +8,6 @@ import re
 import time
 from typing import Any
 
-import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from abbench.collectors.base import (
@@ -28,7 +27,8 @@ from abbench.config.collectors import (
     _Rate,
 )
 from abbench.config.presets import Preset, arm_preset
-from abbench.errors import ConfigError
+from abbench.config.schema import ResolvedArm
+from abbench.errors import ConfigError, RequestError
 from abbench.slot import SlotContext
 
 # --------------------------------------------------------------- Prometheus
@@ -124,24 +124,27 @@ class PrometheusCollector(_RateCollector):
                                    "or misses_counter under preset_fields:")
         return preset.misses_counter, s.minus or preset.misses_minus_counter
 
+    def check(self, arm: ResolvedArm) -> list[str]:
+        preset = arm_preset(arm)
+        self._names(preset)
+        if not (self.settings.path or preset.metrics_path):
+            raise ConfigError(f"preset {preset.name} has no metrics path",
+                              hint="give path: in the prometheus collector, or metrics_path "
+                                   "under preset_fields:")
+        return []
+
     def _scrape(self, ctx: SlotContext) -> tuple[str | None, str | None]:
         path = self.settings.path or arm_preset(ctx.arm).metrics_path
         if not path:
             return None, "no metrics path (set path: or preset_fields.metrics_path)"
-        r = None
-        for attempt in range(3):  # a kept-alive connection the server closed: ask again
-            try:
-                r = requests.get(ctx.server.base_url + path, timeout=10)
-                break
-            except requests.RequestException as e:
-                if attempt == 2:
-                    return None, f"GET {path} failed: {type(e).__name__}: {e}"
-                time.sleep(0.1)
-        assert r is not None
-        if r.status_code != 200:
+        try:  # the client's transport re-sends once on a kept-alive connection closed
+            r = ctx.client.get(path, timeout=10)
+        except RequestError as e:
+            return None, e.message
+        if r.status != 200:
             flags = arm_preset(ctx.arm).metrics_flags
             hint = f" (does the server run with {flags}?)" if flags else ""
-            return None, f"GET {path} answered HTTP {r.status_code}{hint}"
+            return None, f"GET {path} answered HTTP {r.status}{hint}"
         return r.text, None
 
     def _read(self, text: str, preset: Preset) -> dict[str, float]:
@@ -222,6 +225,14 @@ class ResponseFieldCollector(_RateCollector):
 
     def __init__(self, settings: ResponseFieldSettings):
         self.settings = settings
+
+    def check(self, arm: ResolvedArm) -> list[str]:
+        preset = arm_preset(arm)
+        if not (self.settings.field or preset.cached_tokens_fields):
+            raise ConfigError(f"preset {preset.name} names no cached-tokens field",
+                              hint="give field: in the response_field collector, or "
+                                   "cached_tokens_fields under preset_fields:")
+        return []
 
     def begin_window(self, ctx: SlotContext, row: str) -> WindowState:
         return WindowState(row)
@@ -325,6 +336,14 @@ class FlushCollector(Collector):
     def __init__(self, settings: FlushSettings):
         self.settings = settings
 
+    def check(self, arm: ResolvedArm) -> list[str]:
+        preset = arm_preset(arm)
+        if not (self.settings.path or preset.flush_path):
+            raise ConfigError(f"preset {preset.name} has no cache-flush endpoint",
+                              hint="give path: in the flush collector, or flush_path under "
+                                   "preset_fields:, or leave the flush collector out")
+        return []
+
     def begin_window(self, ctx: SlotContext, row: str) -> None:
         path = self.settings.path or arm_preset(ctx.arm).flush_path
         rec: dict[str, Any] = {**base_fields(ctx), "type": "flush", "workload": row,
@@ -334,12 +353,11 @@ class FlushCollector(Collector):
                        "(set path: or preset_fields.flush_path)")
         else:
             try:
-                r = requests.request(self.settings.method, ctx.server.base_url + path,
-                                     timeout=60)
-                rec.update(ok=r.status_code == 200, status=r.status_code)
-                if r.status_code != 200:
-                    rec["reason"] = f"HTTP {r.status_code}: {r.text[:200]}"
-            except requests.RequestException as e:
-                rec.update(ok=False, reason=f"{type(e).__name__}: {e}")
+                r = ctx.client.call(self.settings.method, path, timeout=60)
+                rec.update(ok=r.status == 200, status=r.status)
+                if r.status != 200:
+                    rec["reason"] = f"HTTP {r.status}: {r.excerpt(200)}"
+            except RequestError as e:
+                rec.update(ok=False, reason=e.message)
         ctx.record(rec)
         return None

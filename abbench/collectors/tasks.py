@@ -1,6 +1,6 @@
 """The runner's side of collectors: two slot tasks per campaign (one opens the
 server-life window before warm-up, one closes it after the workloads) and the
-per-workload window hook that :meth:`abbench.runner.Campaign.serve` enters
+per-workload window hook that :meth:`abbench.campaign.runner.Campaign.serve` enters
 around each workload row's reps."""
 
 from __future__ import annotations
@@ -35,6 +35,20 @@ class ServerLifeBegin:
 
     def __init__(self, collectors: list[Collector]):
         self.collectors = collectors
+
+    def check(self, cfg: Config) -> list[str]:
+        """Every collector against every arm, before any server starts."""
+        warnings: list[str] = []
+        src = cfg.source or "arms file"
+        for i, (c, s) in enumerate(zip(self.collectors, cfg.collectors, strict=True)):
+            for arm in cfg.resolved_arms():
+                try:
+                    warnings += c.check(arm)
+                except ConfigError as e:
+                    raise ConfigError(f"arm {arm.name}: {e.message}",
+                                      where=f"{src}: collectors[{i}] ({s.kind})",
+                                      hint=e.hint) from None
+        return warnings
 
     def run(self, ctx: SlotContext) -> None:
         for c in self.collectors:

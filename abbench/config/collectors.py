@@ -1,20 +1,27 @@
-"""The ``collectors:`` section of arms.yaml: one typed, frozen model per kind.
-
-Kept free of other abbench imports so that :mod:`abbench.config.schema` can import it.
-"""
+"""The ``collectors:`` section of arms.yaml: one typed, frozen model per kind."""
 
 from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+)
 
 from abbench import registry
+from abbench.config.base import Frozen, endpoint_path
+from abbench.errors import clip_repr
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Frozen(Frozen):
+    pass
 
 
 Window = Literal["workload", "server"]
@@ -65,7 +72,8 @@ class PrometheusSettings(_Rate):
                               "not given")
     labels: dict[str, str] = Field(default_factory=dict, description="only series with these "
                                    "label values count (summed over the rest)")
-    path: str | None = Field(None, description="metrics path; default: the preset's")
+    path: Annotated[str | None, AfterValidator(endpoint_path)] = Field(
+        None, description="metrics path; default: the preset's")
     settle_s: float = Field(1.0, ge=0, le=30, description="at a window's end, wait up to this "
                             "long for the counters to stop moving")
 
@@ -103,7 +111,7 @@ class LogRegexSettings(_Rate):
         try:
             rx = re.compile(v)
         except re.error as e:
-            raise ValueError(f"pattern {v!r} is not a regex: {e}") from None
+            raise ValueError(f"pattern {clip_repr(v)} is not a regex: {e}") from None
         if rx.groups < 1:
             raise ValueError("pattern needs a group that captures the number, e.g. "
                              r"'misses=(\d+)'")
@@ -125,7 +133,8 @@ class FlushSettings(_Frozen):
     cache. Each flush is recorded with its HTTP status."""
 
     kind: Literal["flush"]
-    path: str | None = Field(None, description="default: the preset's flush_path")
+    path: Annotated[str | None, AfterValidator(endpoint_path)] = Field(
+        None, description="default: the preset's flush_path")
     method: Literal["POST", "GET"] = "POST"
 
 
@@ -142,7 +151,7 @@ class PluginSettings(BaseModel):
     def _registered(cls, kind: str) -> str:
         known = registry.names("abbench.collectors")
         if kind not in known:
-            raise ValueError(f"unknown collector kind {kind!r}; known: {', '.join(known)} "
+            raise ValueError(f"unknown collector kind {clip_repr(kind)}; known: {', '.join(known)} "
                              "(a package of your own adds one with an abbench.collectors "
                              "entry point)")
         return kind

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from abbench import registry
-from abbench.errors import ConfigError
+from abbench.errors import ConfigError, clip, clip_repr
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def _fits(default: Any, value: Any) -> bool:
 def get_preset(name: str) -> Preset:
     """The preset registered under ``name`` (abbench.presets entry points)."""
     if name not in registry.entries("abbench.presets"):
-        raise ConfigError(f"unknown preset {name!r}",
+        raise ConfigError(f"unknown preset {clip_repr(name)}",
                           hint=f"use one of: {', '.join(registry.names('abbench.presets'))}")
     preset = registry.load("abbench.presets", name)
     if not isinstance(preset, Preset):
@@ -155,11 +155,14 @@ def with_overrides(preset: Preset, overrides: Mapping[str, Any] | None, *,
                               hint=f"use {_OWN_KEYS[key]}: instead")
         if key not in fields:
             known = ", ".join(k for k in fields if k not in _OWN_KEYS)
-            raise ConfigError(f"unknown preset field {key!r}", where=f"{where}.{key}",
-                              hint=f"preset fields: {known}")
+            raise ConfigError(f"unknown preset field {clip_repr(key)}",
+                              where=f"{where}.{clip(key, 60)}", hint=f"preset fields: {known}")
+        if key.endswith("_path") and isinstance(value, str) and not value.startswith("/"):
+            raise ConfigError(f"{clip_repr(value, 80)} is not an endpoint path",
+                              where=f"{where}.{key}", hint="start it with /, e.g. /metrics")
         if not _fits(getattr(preset, key), value):
-            raise ConfigError(f"{key} must be like {getattr(preset, key)!r}, got {value!r}",
-                              where=f"{where}.{key}")
+            raise ConfigError(f"{key} must be like {getattr(preset, key)!r}, got "
+                              f"{clip_repr(value)}", where=f"{where}.{key}")
     values: dict[str, Any] = {k: (tuple([v] if isinstance(v, str) else v)
                   if isinstance(getattr(preset, k), tuple) else v)
               for k, v in overrides.items()}

@@ -1,18 +1,16 @@
-"""The ``quality:`` and ``fingerprints:`` sections of arms.yaml, and the files they name.
-
-Kept free of imports from the rest of abbench so that :mod:`abbench.config.schema` can use
-these models without a cycle.
-"""
+"""The ``quality:`` and ``fingerprints:`` sections of arms.yaml, and the files they name."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from abbench.config.base import Frozen, endpoint_path
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Frozen(Frozen):
+    pass
 
 
 class QualityConfig(_Frozen):
@@ -27,7 +25,8 @@ class QualityConfig(_Frozen):
         "{round} and vars:")
     timeout: float = Field(600.0, gt=0, description="seconds the command may take")
     every: int = Field(1, ge=1, description="check in every k-th round (rounds 0, k, 2k, ...)")
-    chat_path: str = Field("/v1/chat/completions", description="endpoint for chat items")
+    chat_path: Annotated[str, AfterValidator(endpoint_path)] = Field(
+        "/v1/chat/completions", description="endpoint for chat items")
 
     @model_validator(mode="after")
     def _something(self) -> QualityConfig:
@@ -73,7 +72,7 @@ class FingerprintConfig(_Frozen):
     max_tokens: int | None = Field(None, ge=1, description="decode length of every prompt "
                                    "(greedy); default: the set file's max_tokens, else 32")
     warm: bool = Field(False, description="also a warm pass after the workloads")
-    chat_path: str = "/v1/chat/completions"
+    chat_path: Annotated[str, AfterValidator(endpoint_path)] = "/v1/chat/completions"
 
     @field_validator("sets", mode="before")
     @classmethod

@@ -18,9 +18,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -29,14 +27,19 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from abbench import registry
+from abbench.config.base import Frozen, endpoint_path
 from abbench.config.collectors import CollectorSettings
+from abbench.config.files import ARMS_FILE_MAX, PROMPT_TEXT_MAX, load_yaml, read_text
 from abbench.config.presets import get_preset, with_overrides
 from abbench.config.quality import FingerprintConfig, QualityConfig
 from abbench.config.stats import StatsConfig, TableConfig
-from abbench.errors import ConfigError
+from abbench.errors import ConfigError, clip, clip_repr
 from abbench.model.rows import RowKey
 
 SCHEMA_VERSION = 1
+
+#: rounds x arms of one arms file (each is a server start)
+MAX_SERVER_LIVES = 100_000
 
 _CONTEXT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 
@@ -51,13 +54,18 @@ def parse_context(value: int | str) -> int:
         m = _CONTEXT_RE.match(str(value))
         if not m:
             raise ValueError(
-                f"{value!r} is not a context length: write a number of tokens such as "
+                f"{clip_repr(value)} is not a context length: write a number of tokens such as "
                 "1000, 32K or 255K (K = 1024 tokens, M = 1024K)"
             )
         scale = {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
-        n = int(float(m.group(1)) * scale)
+        exact = float(m.group(1)) * scale
+        if exact != int(exact):  # 1.5 used to be read as 1 token
+            raise ValueError(f"{clip_repr(value)} is not a whole number of tokens"
+                             + (f" ({exact:g})" if scale > 1 else "")
+                             + f"; write e.g. {max(1, round(exact))}")
+        n = int(exact)
     if n < 1:
-        raise ValueError(f"a context length must be at least 1 token, got {value!r}")
+        raise ValueError(f"a context length must be at least 1 token, got {clip_repr(value)}")
     return n
 
 
@@ -113,8 +121,37 @@ def format_context(n: int) -> str:
 Context = Annotated[int, BeforeValidator(parse_context)]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+def _scalars_as_text(values: Mapping[Any, Any], what: str) -> dict[str, str]:
+    """``vars:`` and ``env:`` values: text. Numbers come as written in the file (see
+    :func:`config_from_data`); a YAML boolean or null, a list or a mapping is refused
+    (``FLAG: yes`` used to become "True", ``X:`` "")."""
+    out: dict[str, str] = {}
+    for k, val in values.items():
+        name = clip(k, 60)
+        if isinstance(val, bool) or val is None:
+            shown = "null" if val is None else str(val).lower()
+            raise PydanticCustomError(
+                "text_value", "{name} is {shown}, not text: quote it ({name}: \"{text}\") to "
+                "set the text", {"name": name, "shown": f"YAML's {shown}",
+                                  "text": "" if val is None else str(val).lower()})
+        if isinstance(val, (list, dict)):
+            raise PydanticCustomError(
+                "text_value", "{name} is a {kind}: {what} values are text",
+                {"name": name, "kind": "list" if isinstance(val, list) else "mapping",
+                 "what": what})
+        out[str(k)] = str(val)
+    return out
+
+
+#: request fields abbench sets itself: request_extra may not change them
+_OWNED_FIELDS = frozenset({"prompt", "messages", "stream", "stream_options", "max_tokens",
+                           "ignore_eos"})
+#: preset fields that carry the decode length (abbench fills them in)
+_LENGTH_FIELDS = frozenset({"n_predict", "min_tokens"})
+
+
+class _Frozen(Frozen):
+    pass
 
 
 class Readiness(_Frozen):
@@ -124,6 +161,11 @@ class Readiness(_Frozen):
                              "the preset's when not given")
     timeout: float = Field(600.0, gt=0, description="seconds to wait before the start is failed")
     interval: float = Field(0.05, gt=0, le=5, description="seconds between polls")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        return endpoint_path(v)
 
 
 class ServerSpec(_Frozen):
@@ -149,7 +191,7 @@ class ServerSpec(_Frozen):
         None, description="fields merged into every completion request")
     preset_fields: dict[str, Any] | None = Field(
         None, description="overrides of other preset fields (metrics_path, flush_path, "
-        "misses_counter, cached_tokens_fields, ...): abbench/presets.py lists them")
+        "misses_counter, cached_tokens_fields, ...): abbench/config/presets.py lists them")
     cpus: list[int] | None = Field(
         None, description="CPU ids the server may run on (sched_setaffinity before exec): "
         "a list [0, 1, 2], or a string such as '0-7' or '0-3,8-11'")
@@ -175,7 +217,59 @@ class ServerSpec(_Frozen):
     @classmethod
     def _env_values_as_str(cls, v: Any) -> Any:
         if isinstance(v, Mapping):
-            return {str(k): ("" if val is None else str(val)) for k, val in v.items()}
+            for k in v:
+                if not isinstance(k, str) or not k or "=" in k or "\0" in k:
+                    raise PydanticCustomError(
+                        "env_name", "{name} is not an environment variable name",
+                        {"name": clip_repr(k, 60)})
+            return _scalars_as_text(v, "environment variable")
+        return v
+
+    @field_validator("host")
+    @classmethod
+    def _bare_host(cls, v: str | None) -> str | None:
+        if v is not None and (not v or re.search(r"[\s/]|://", v)
+                              or (v.count(":") == 1 and not v.startswith("["))):
+            raise PydanticCustomError(
+                "host", "{host} is not a host name or address (no scheme, port or path)",
+                {"host": clip_repr(v, 80)})
+        return v
+
+    @field_validator("tokenize_path", "completions_path", "props_path")
+    @classmethod
+    def _paths(cls, v: str | None) -> str | None:
+        return endpoint_path(v)
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _no_mapping_items(cls, v: Any) -> Any:
+        for i, item in enumerate(v if isinstance(v, list) else []):
+            if isinstance(item, dict):
+                raise PydanticCustomError(
+                    "start_mapping", "item {i} is a mapping: YAML reads an unquoted {ph} "
+                    "as one", {"i": i, "ph": "{port}"})
+        return v
+
+    @field_validator("start")
+    @classmethod
+    def _no_nul(cls, v: Any) -> Any:
+        items = [v] if isinstance(v, str) else v or []
+        if any("\0" in item for item in items):
+            raise PydanticCustomError("nul", "holds a NUL character, which no command line "
+                                      "can carry", {})
+        return v
+
+    @field_validator("request_extra")
+    @classmethod
+    def _extra_keeps_the_measurement(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        owned = sorted(k for k in v or {} if k in _OWNED_FIELDS
+                       or (k in _LENGTH_FIELDS and v is not None and v[k] is not None))
+        if owned:
+            raise PydanticCustomError(
+                "owned_field", "{keys} {are} set by abbench for every request (exact lengths, "
+                "streaming); request_extra cannot change {them}",
+                {"keys": ", ".join(owned), "are": "is" if len(owned) == 1 else "are",
+                 "them": "it" if len(owned) == 1 else "them"})
         return v
 
 
@@ -242,7 +336,7 @@ def _describe(w: Workload) -> str:
 
 class Config(_Frozen):
     schema_version: Literal[1] = 1
-    arms: list[ArmConfig] = Field(min_length=2)
+    arms: list[ArmConfig] = Field(min_length=2, max_length=64)
     baseline: str | None = Field(None, description="name of the baseline arm; the first if unset")
     defaults: ServerSpec = ServerSpec()
     rounds: int = Field(3, ge=1, le=10000)
@@ -275,8 +369,18 @@ class Config(_Frozen):
     @classmethod
     def _vars_as_str(cls, v: Any) -> Any:
         if isinstance(v, Mapping):
-            return {str(k): str(val) for k, val in v.items()}
+            return _scalars_as_text(v, "vars")
         return v
+
+    @model_validator(mode="after")
+    def _plan_size(self) -> Config:
+        lives = self.rounds * len(self.arms)
+        if lives > MAX_SERVER_LIVES:
+            raise PydanticCustomError(
+                "plan_size", "{rounds} rounds of {arms} arms are {lives} server lives; at most "
+                "{most}", {"rounds": self.rounds, "arms": len(self.arms), "lives": f"{lives:,}",
+                           "most": f"{MAX_SERVER_LIVES:,}"})
+        return self
 
     @field_validator("arms")
     @classmethod
@@ -328,7 +432,8 @@ class Config(_Frozen):
         for a in self.arms:
             if a.name == name:
                 return a
-        raise ConfigError(f"no arm named {name!r}", hint=f"arms: {', '.join(self.arm_names)}")
+        raise ConfigError(f"no arm named {clip_repr(name)}",
+                          hint=f"arms: {', '.join(self.arm_names)}")
 
     @property
     def arm_names(self) -> list[str]:
@@ -388,11 +493,12 @@ def substitute(template: str, values: Mapping[str, str], *, where: str) -> str:
         return string.Formatter().vformat(template, (), _Strict(values))
     except KeyError as e:
         known = ", ".join("{" + k + "}" for k in values)
-        raise ConfigError(f"unknown placeholder {{{e.args[0]}}} in {template!r}", where=where,
+        raise ConfigError(f"unknown placeholder {{{clip(e.args[0], 60)}}} in "
+                          f"{clip_repr(template)}", where=where,
                           hint=f"known placeholders: {known}; add it under vars:, or write "
                                "{{ and }} for literal braces") from None
     except (ValueError, IndexError) as e:
-        raise ConfigError(f"bad placeholder syntax in {template!r}: {e}", where=where,
+        raise ConfigError(f"bad placeholder syntax in {clip_repr(template)}: {e}", where=where,
                           hint="placeholders look like {port}; write {{ and }} for literal "
                                "braces") from None
 
@@ -462,7 +568,7 @@ def check_arm(cfg: Config, arm: ResolvedArm, *, strict_exec: bool) -> list[str]:
     where = f"{cfg.source or 'arms file'}: arms[{idx}] ({arm.name})"
     warnings: list[str] = check_cpus(arm, where=where, strict=strict_exec)
     if not Path(arm.cwd).is_dir():
-        raise ConfigError(f"cwd {arm.cwd!r} is not a directory", where=f"{where}.cwd",
+        raise ConfigError(f"cwd {clip_repr(arm.cwd)} is not a directory", where=f"{where}.cwd",
                           hint="create it, or give a path relative to the arms file")
     values = placeholder_values(cfg, arm, port=1, round_=0)
     if arm.shell:
@@ -492,14 +598,15 @@ def check_arm(cfg: Config, arm: ResolvedArm, *, strict_exec: bool) -> list[str]:
         if not p.is_absolute():
             p = Path(arm.cwd) / p
         if not p.exists():
-            raise ConfigError(f"program {prog!r} does not exist", where=f"{where}.start[0]",
+            raise ConfigError(f"program {clip_repr(prog)} does not exist",
+                              where=f"{where}.start[0]",
                               hint="build it first (scripts/realparts.sh builds llama-server) "
                                    "or fix the path")
         if not (p.is_file() and os.access(p, os.X_OK)):
-            raise ConfigError(f"program {prog!r} is not an executable file",
+            raise ConfigError(f"program {clip_repr(prog)} is not an executable file",
                               where=f"{where}.start[0]", hint=f"chmod +x {prog}, or fix the path")
     elif shutil.which(prog) is None:
-        msg = f"program {prog!r} is not on PATH"
+        msg = f"program {clip_repr(prog)} is not on PATH"
         if strict_exec:
             raise ConfigError(msg, where=f"{where}.start[0]",
                               hint="install it, activate its environment, or give a full path")
@@ -534,6 +641,49 @@ def check_cpus(arm: ResolvedArm, *, where: str, strict: bool) -> list[str]:
         msg, at, hint = problems[0]
         raise ConfigError(msg, where=at, hint=hint)
     return [f"{at}: {msg} (fine if the servers run elsewhere)" for msg, at, _ in problems]
+
+
+_BARE_VAR = re.compile(r"(?<!\$)\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def config_warnings(cfg: Config) -> list[str]:
+    """What a config says that is probably not what was meant, though it can run:
+    ``$NAME`` (not expanded: only ``${NAME}`` is), two arms with one label, a seed that
+    changes nothing, request fields that make decodes non-greedy."""
+    src = cfg.source or "arms file"
+    out: list[str] = []
+
+    def bare(where: str, text: str) -> None:
+        m = _BARE_VAR.search(text)
+        if m:
+            out.append(f"{where}: ${clip(m.group(1), 40)} is not expanded (only "
+                       f"${{{clip(m.group(1), 40)}}} is taken from the environment)")
+
+    for k, v in cfg.vars.items():
+        bare(f"{src}: vars.{clip(k, 40)}", v)
+    arms = cfg.resolved_arms()
+    for i, (arm, raw) in enumerate(zip(arms, cfg.arms, strict=True)):
+        where = f"{src}: arms[{i}] ({arm.name})"
+        if not arm.shell:
+            for a in arm.argv:
+                bare(f"{where}.start", a)
+        for k, v in arm.env.items():
+            bare(f"{where}.env.{clip(k, 40)}", v)
+        bare(f"{where}.cwd", raw.cwd or cfg.defaults.cwd or "")
+        odd = sorted(k for k in ("temperature", "top_p", "top_k") if k in arm.request_extra)
+        if odd:
+            verb = "replaces" if len(odd) == 1 else "replace"
+            out.append(f"{where}.request_extra: {', '.join(odd)} {verb} abbench's greedy "
+                       "settings: fingerprints and quality checks are then not reproducible")
+    labels = [a.label for a in arms]
+    for label in sorted({x for x in labels if labels.count(x) > 1}):
+        names = ", ".join(a.name for a in arms if a.label == label)
+        out.append(f"{src}: arms {names} share the label {clip_repr(label, 60)}: their "
+                   "columns and history series cannot be told apart")
+    if cfg.seed is not None and cfg.order != "interleaved":
+        out.append(f"{src}: seed: {cfg.seed} changes nothing with order: {cfg.order} (only "
+                   "interleaved orders are drawn)")
+    return out
 
 
 def placeholder_values(cfg: Config, arm: ResolvedArm, *, port: int, round_: int) -> dict[str, str]:
@@ -573,18 +723,72 @@ def _expand_tree(node: Any, path: tuple[Any, ...], src: str,
     if isinstance(node, list):
         return [_expand_tree(v, (*path, i), src, lines) for i, v in enumerate(node)]
     if isinstance(node, dict):
+        for k in node:
+            if isinstance(k, str) and "${" in k:
+                line = (lines or {}).get((*path, k))
+                at = f"line {line}, " if line else ""
+                raise ConfigError(f"{at}{_fmt_loc((*path, k))}: ${{...}} is expanded in values, "
+                                  "not in keys", where=src,
+                                  hint="write the key out; put the variable in its value")
         return {k: _expand_tree(v, (*path, k), src, lines) for k, v in node.items()}
     return node
+
+
+def _written_numbers(root: yaml.Node | None) -> dict[tuple[Any, ...], str]:
+    """Each plain number of the document as written (``010``, ``0.10``), by path."""
+    out: dict[tuple[Any, ...], str] = {}
+    numbers = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+    def walk(node: yaml.Node, path: tuple[Any, ...], depth: int) -> None:
+        if depth > 8:  # only the top levels hold vars: and env:
+            return
+        if isinstance(node, yaml.ScalarNode) and node.tag in numbers:
+            out[path] = node.value
+        elif isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                walk(v, (*path, k.value), depth + 1)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                walk(v, (*path, i), depth + 1)
+
+    if root is not None:
+        walk(root, (), 0)
+    return out
+
+
+def _text_as_written(data: dict[str, Any], root: yaml.Node | None) -> dict[str, Any]:
+    """``vars:`` and ``env:`` values that YAML read as numbers, as they were written
+    (``X: 010`` is "010", not "8"; ``0.10`` is "0.10", not "0.1")."""
+    written = _written_numbers(root)
+
+    def fix(mapping: Any, path: tuple[Any, ...]) -> Any:
+        if not isinstance(mapping, dict):
+            return mapping
+        return {k: written.get((*path, k), v) if isinstance(v, (int, float))
+                and not isinstance(v, bool) else v for k, v in mapping.items()}
+
+    data = dict(data)
+    if "vars" in data:
+        data["vars"] = fix(data["vars"], ("vars",))
+    if isinstance(data.get("defaults"), dict) and "env" in data["defaults"]:
+        data["defaults"] = {**data["defaults"], "env": fix(data["defaults"]["env"],
+                                                           ("defaults", "env"))}
+    if isinstance(data.get("arms"), list):
+        data["arms"] = [{**a, "env": fix(a["env"], ("arms", i, "env"))}
+                        if isinstance(a, dict) and "env" in a else a
+                        for i, a in enumerate(data["arms"])]
+    return data
 
 
 def _fmt_loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        name = clip(part, 60)
+        out += f"[{part}]" if isinstance(part, int) else (f".{name}" if out else name)
     return out or "(top level)"
 
 
-def _line_map(text: str) -> dict[tuple[Any, ...], int]:
+def _line_map(root: yaml.Node | None) -> dict[tuple[Any, ...], int]:
     """Map each YAML path to its 1-based line, for error messages."""
     lines: dict[tuple[Any, ...], int] = {}
 
@@ -600,14 +804,21 @@ def _line_map(text: str) -> dict[tuple[Any, ...], int]:
             for i, v in enumerate(node.value):
                 walk(v, (*path, i))
 
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return lines
     if root is not None:
         walk(root, ())
     return lines
 
+
+def _compose(text: str) -> yaml.Node | None:
+    """The node tree of ``text`` (for line numbers), or None when it does not parse."""
+    try:
+        return load_yaml(text, where="")[1]
+    except ConfigError:
+        return None
+
+
+#: problems of one file listed in its message before the rest are counted
+MOST_PROBLEMS = 3
 
 _HINTS = {
     "extra_forbidden": "remove it or check its spelling; README.md lists every field",
@@ -629,6 +840,17 @@ _HINTS = {
     "string_type": "write a string (quote it if YAML reads it as something else)",
     "value_error": "see the message; README.md documents each field",
     "baseline": "set baseline: to one of the arm names, or leave it out (the first arm)",
+    "bool_type_here": "write the value itself; quote text that YAML would read as a boolean",
+    "finite_number": "write a finite number (not .inf or .nan)",
+    "text_value": "quote the value",
+    "env_name": "environment variable names are letters, digits and _",
+    "host": "write e.g. 127.0.0.1, ::1 or localhost; the port goes in port:",
+    "endpoint_path": "start it with /, e.g. /health or /v1/completions",
+    "owned_field": "remove it from request_extra: abbench sets it",
+    "nul": "remove the NUL character (\\0)",
+    "plan_size": "split the campaign over several runs",
+    "too_long": "split the arms over several files",
+    "start_mapping": "quote placeholders in start: lists: '{port}'",
 }
 
 # pydantic names the member of a union that failed ("int", "literal['auto']"):
@@ -636,12 +858,16 @@ _HINTS = {
 _UNION_TAGS = {"int", "str", "float", "bool", "list", "dict", "constrained-int"}
 
 
-def config_from_data(data: Any, *, source: str, text: str = "") -> Config:
+def config_from_data(data: Any, *, source: str, text: str = "",
+                     root: yaml.Node | None = None) -> Config:
+    """A :class:`Config` of YAML ``data`` (``root``, or else ``text``, gives the lines
+    for messages)."""
     if not isinstance(data, dict):
         raise ConfigError("the file must be a YAML mapping (arms:, workloads:, ...)", where=source,
                           hint="see arms/llama-cpu.yaml for an example")
-    lines = _line_map(text)
-    data = _expand_tree(data, (), source, lines)
+    root = root if root is not None else _compose(text) if text else None
+    lines = _line_map(root)
+    data = _text_as_written(_expand_tree(data, (), source, lines), root)
     try:
         cfg = Config.model_validate({**data, "source": source})
     except ValidationError as e:
@@ -654,13 +880,15 @@ def _config_error(e: ValidationError, source: str,
     by_loc: dict[tuple[Any, ...], list[str]] = {}
     hint = None
     for err in e.errors():
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (
-            "[" in p or p.startswith("function") or p in _UNION_TAGS)))
+        raw = err["loc"]
+        loc = tuple(p for i, p in enumerate(raw) if not (isinstance(p, str) and (
+            "[" in p or p.startswith("function") or p in _UNION_TAGS
+            or (i >= 2 and raw[i - 2] == "collectors" and isinstance(raw[i - 1], int)))))
         if err["type"] == "baseline":
             loc = ("baseline",)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = f"unknown key {loc[-1]!r}"
+            msg = f"unknown key {clip_repr(loc[-1], 60)}"
         if msg.startswith("arm names must be unique"):
             hint = hint or "give each arm its own name"
         by_loc.setdefault(loc, []).append(msg)
@@ -674,71 +902,53 @@ def _config_error(e: ValidationError, source: str,
             probe = probe[:-1]
         at = f"line {line}, " if line else ""
         msgs.append(f"{at}{_fmt_loc(loc)}: " + ", or ".join(parts))
+    if len(msgs) > MOST_PROBLEMS:  # the first ones say enough
+        msgs = [*msgs[:MOST_PROBLEMS], f"and {len(msgs) - MOST_PROBLEMS} more problem(s)"]
     return ConfigError("; ".join(msgs), where=source,
                        hint=hint or "fix the field named; README.md documents each field")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the
-    last one silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            try:
-                key = self.construct_object(key_node, deep=deep)
-                first = seen.setdefault(key, key_node.start_mark.line + 1)
-            except TypeError:  # an unhashable key: the base class says so
-                continue
-            if first != key_node.start_mark.line + 1:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {key!r} is given twice (first on line {first})",
-                    key_node.start_mark)
-        return super().construct_mapping(node, deep)
+def prompt_text(cfg: Config, index: int,
+                lines: dict[tuple[Any, ...], int] | None = None) -> str | None:
+    """The text of workload ``index``'s prompt file (None for filler), read with the
+    caps of every input file; refused when it holds no text."""
+    w = cfg.workloads[index]
+    if w.prompt.source != "file" or not w.prompt.path:
+        return None
+    p = Path(w.prompt.path)
+    p = p if p.is_absolute() else cfg.base_dir / p
+    loc = ("workloads", index, "prompt", "path")
+    line = (lines or {}).get(loc) or (lines or {}).get(loc[:3])
+    where = f"{cfg.source or 'arms file'}: {f'line {line}, ' if line else ''}{_fmt_loc(loc)}"
+    label = f"the prompt file {clip_repr(str(p))}"
+    hint = "give a text file, relative to the arms file"
+    if w.prompt.path.startswith("~"):
+        hint += " (~ is not expanded: write ${HOME}/...)"
+    text = read_text(p, limit=PROMPT_TEXT_MAX, where=where, label=label, hint=hint,
+                     kind="a prompt file")
+    if not text.strip():
+        raise ConfigError(f"{label} holds no text", where=where, hint=hint)
+    return text
 
 
 def _check_files(cfg: Config, src: str, lines: dict[tuple[Any, ...], int]) -> None:
-    """Files the config names that must exist before a run (prompt texts)."""
-    for i, w in enumerate(cfg.workloads):
-        if w.prompt.source == "file" and w.prompt.path:
-            p = Path(w.prompt.path)
-            p = p if p.is_absolute() else cfg.base_dir / p
-            if not p.is_file():
-                loc = ("workloads", i, "prompt", "path")
-                line = lines.get(loc) or lines.get(loc[:3])
-                at = f"line {line}, " if line else ""
-                raise ConfigError(f"{at}{_fmt_loc(loc)}: the prompt file {str(p)!r} does not "
-                                  "exist", where=src,
-                                  hint="give a text file, relative to the arms file")
+    """Files the config names that must be readable before a run (prompt texts)."""
+    for i in range(len(cfg.workloads)):
+        prompt_text(cfg, i, lines)
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
     p = Path(path)
     src = str(p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("no such file", where=src, hint="give the path of an arms file, "
-                          "e.g. arms/llama-cpu.yaml") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read the file: {e}", where=src) from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(e, "problem", None) or str(e)
-        twice = "given twice" in problem
-        raise ConfigError(f"{at}{'YAML error' if twice else 'YAML syntax error'}: {problem}",
-                          where=src, hint="keep one of them" if twice else
-                          "check indentation and quoting near that line") from None
+    text = read_text(p, limit=ARMS_FILE_MAX, where=src, kind="an arms file",
+                     hint="give the path of an arms file, e.g. arms/llama-cpu.yaml")
+    data, root = load_yaml(text, where=src)
     if data is None:
         raise ConfigError("the file is empty", where=src,
                           hint="see arms/llama-cpu.yaml for an example")
-    cfg = config_from_data(data, source=src, text=text)
-    for arm in cfg.resolved_arms():  # resolves presets and start commands: fail early
-        check_arm(cfg, arm, strict_exec=False)
-    _check_files(cfg, src, _line_map(text))
+    cfg = config_from_data(data, source=src, root=root)
+    cfg.resolved_arms()  # resolves presets and start commands: fail early
+    _check_files(cfg, src, _line_map(root))
     return cfg
 
 

@@ -22,6 +22,7 @@ from typing import Any, Literal, NamedTuple
 
 from abbench.errors import ConfigError, StoreError
 from abbench.model.metrics import Direction, spec
+from abbench.model.rounds import comparable_records
 from abbench.report.markdown import render_cell
 from abbench.report.table import Table
 from abbench.stats import regression
@@ -392,14 +393,16 @@ def write_html(series: list[Series], out_dir: Path, *, tables: list[Table], chec
 #: the columns of :func:`load_samples`, in order (documented in README.md)
 SAMPLE_COLUMNS = ["run_id", "created", "run_status", "arm", "label", "commit", "is_baseline",
                   "round", "position", "rep", "slot", "workload", "context", "decode_tokens",
-                  "valid", "status", "t", "metric", "value", "unit", "direction"]
+                  "valid", "status", "comparable", "t", "metric", "value", "unit",
+                  "direction"]
 
 
 def load_samples(results_dir: Any = "results", problems: list[str] | None = None
                  ) -> Any:
     """Every stored sample under ``results_dir`` as a pandas DataFrame (pandas loads
-    on first use): one row per sample and metric
-    (columns: :data:`SAMPLE_COLUMNS`). Corrupt lines and unreadable runs are
+    on first use): one row per sample and metric (columns: :data:`SAMPLE_COLUMNS`;
+    ``comparable``: the sample is one its run's report compares, by
+    :func:`abbench.model.rounds.comparable_records`). Corrupt lines and unreadable runs are
     skipped; they go to ``problems`` when given, else to one warning."""
     import pandas as pd
 
@@ -415,7 +418,14 @@ def load_samples(results_dir: Any = "results", problems: list[str] | None = None
         base = meta.get("baseline") or next(iter(arms), None)
         created = meta.get("created")
         status = meta.get("status")
-        for rec in run.records(own):
+        records = run.records(own)
+        try:  # what the run's report compares: the one definition
+            kept = {id(r) for r in comparable_records(records, meta)}
+        except (KeyError, TypeError, ValueError) as e:
+            own.append(f"{run.samples_path}: a record lacks a field ({e}); no sample of this "
+                       "run is marked comparable")
+            kept = set()
+        for rec in records:
             if rec.get("type") != "sample":
                 continue
             arm = rec.get("arm")
@@ -424,7 +434,7 @@ def load_samples(results_dir: Any = "results", problems: list[str] | None = None
                     arm == base, rec.get("round"), rec.get("position"), rec.get("rep"),
                     rec.get("slot"), rec.get("workload"), rec.get("context"),
                     rec.get("decode_tokens"), bool(rec.get("valid", False)), rec.get("status"),
-                    rec.get("t"))
+                    id(rec) in kept, rec.get("t"))
             for metric, value in (rec.get("metrics") or {}).items():
                 sp = spec(metric)
                 rows.append((*head, metric, value, sp.unit, sp.direction))

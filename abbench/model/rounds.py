@@ -64,10 +64,13 @@ def read_state(records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> Round
     for rec in records:
         if rec.get("type") != "slot":
             continue
-        pair = (str(rec["arm"]), int(rec["round"]))
-        if rec.get("status") == "ok":
+        rnd, slot = _int(rec.get("round")), _int(rec.get("slot"))
+        if rnd is None or rec.get("arm") is None:  # not a slot record abbench wrote
+            continue
+        pair = (str(rec["arm"]), rnd)
+        if rec.get("status") == "ok" and slot is not None:
             state.ok.add(pair)
-            state.ok_slots.add(int(rec["slot"]))
+            state.ok_slots.add(slot)
         elif rec.get("status") == "failed":
             state.failed[pair] = str(rec.get("reason") or "unknown")
     return state
@@ -80,11 +83,24 @@ def complete_rounds(records: list[dict[str, Any]], meta: dict[str, Any]) -> list
 def comparable_records(records: list[dict[str, Any]], meta: dict[str, Any]
                        ) -> list[dict[str, Any]]:
     """The records the comparison may use: samples of finished server lives in rounds
-    that every arm finished. Slot records are all kept (the report lists failures)."""
+    that every arm finished. Slot records are all kept (the report lists failures).
+
+    The one definition: the report, ``compare``, the index (so ``history``) and
+    ``load_samples`` all take a run's samples through it."""
     state = read_state(records, meta)
     keep = set(state.complete())
     return [rec for rec in records if rec.get("type") != "sample"
-            or (int(rec.get("slot", -1)) in state.ok_slots and int(rec["round"]) in keep)]
+            or (_int(rec.get("slot")) in state.ok_slots and _int(rec.get("round")) in keep)]
+
+
+def _int(value: Any) -> int | None:
+    """A record's slot or round number; None when it has none (a foreign record)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def plan_resume(records: list[dict[str, Any]], meta: dict[str, Any]

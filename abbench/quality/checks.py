@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -25,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from abbench.config.files import ITEM_FILE_MAX, load_yaml, read_text
 from abbench.config.quality import Check, PromptItem, QualityConfig, QualityItem
 from abbench.config.schema import Config, placeholder_values, substitute
-from abbench.errors import ConfigError, Interrupted, RequestError
+from abbench.errors import ConfigError, Interrupted, RequestError, clip, clip_repr
 from abbench.slot import SlotContext, SlotTask
 from abbench.workload.decode import filler_text
 from abbench.workload.greedy import generate
@@ -54,15 +55,26 @@ class ItemFile:
     items: list[Any]
 
 
-def load_item_file(path: Path, model: type[M], *, key: str) -> ItemFile:
+def load_item_file(path: Path, model: type[M], *, key: str, where: str | None = None,
+                   label: str | None = None) -> ItemFile:
     """Read a YAML file (a list, or a mapping with ``name``, ``max_tokens`` and ``key``)
-    or a JSONL file (one item per line) into validated ``model`` items."""
-    where = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read it: {e.strerror or e}", where=where,
-                          hint="fix the path (relative paths start at the arms file)") from None
+    or a JSONL file (one item per line) into validated ``model`` items.
+
+    Read like every input file (:mod:`abbench.config.files`: a regular file of at most
+    1 MiB of UTF-8, YAML within its caps). Errors are at ``where`` (the arms file's
+    field that names this file) and name the file as ``label``; without ``where``,
+    at the file itself."""
+    label = label or f"the file {clip_repr(str(path))}"
+
+    def refuse(msg: str, hint: str | None = None) -> ConfigError:
+        if where is None:
+            return ConfigError(msg, where=str(path), hint=hint)
+        return ConfigError(f"{label}: {msg}", where=where, hint=hint)
+
+    text = read_text(path, limit=ITEM_FILE_MAX, where=where or str(path),
+                     label=label if where else "the file",
+                     hint="fix the path (relative paths start at the arms file)",
+                     kind="a prompt-set or suite file")
     header: dict[str, Any] = {}
     if path.suffix == ".jsonl":
         raw: list[tuple[str, Any]] = []
@@ -70,24 +82,25 @@ def load_item_file(path: Path, model: type[M], *, key: str) -> ItemFile:
             if line.strip():
                 try:
                     raw.append((f"line {lineno}", json.loads(line)))
-                except ValueError as e:
-                    raise ConfigError(f"line {lineno}: not JSON: {e}", where=where) from None
+                except (ValueError, RecursionError) as e:
+                    raise refuse(f"line {lineno}: not JSON: {clip(e)}",
+                                 "one JSON object per line") from None
     else:
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"YAML syntax error: {e}", where=where) from None
+            data, _root = load_yaml(text, where=str(path))
+        except ConfigError as e:
+            raise refuse(e.message, e.hint) from None
         if isinstance(data, dict):
             header = {k: v for k, v in data.items() if k != key}
             data = data.get(key)
         if not isinstance(data, list) or not data:
-            raise ConfigError(f"no items: expected a list, or a mapping with {key}: [...]",
-                              where=where, hint="see abbench/data/quality-default.yaml")
+            raise refuse(f"no items: expected a list, or a mapping with {key}: [...]",
+                         "see abbench/data/quality-default.yaml")
         raw = [(f"{key}[{i}]", item) for i, item in enumerate(data)]
-    unknown = set(header) - {"name", "max_tokens", "description"}
+    unknown = {clip(k, 40) for k in header} - {"name", "max_tokens", "description"}
     if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(sorted(unknown))}", where=where,
-                          hint=f"a file has name:, max_tokens:, description: and {key}:")
+        raise refuse(f"unknown key(s) {', '.join(sorted(unknown))}",
+                     f"a file has name:, max_tokens:, description: and {key}:")
     name = str(header.get("name") or path.stem)
     items: list[Any] = []
     for i, (loc, obj) in enumerate(raw):
@@ -95,8 +108,9 @@ def load_item_file(path: Path, model: type[M], *, key: str) -> ItemFile:
             item = model.model_validate(obj)
         except ValidationError as e:
             msgs = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(item)'}: "
-                             f"{err['msg'].removeprefix('Value error, ')}" for err in e.errors())
-            raise ConfigError(f"{loc}: {msgs}", where=where) from None
+                             f"{err['msg'].removeprefix('Value error, ')}"
+                             for err in e.errors()[:3])
+            raise refuse(f"{loc}: {clip(msgs, 400)}", "fix that item") from None
         if getattr(item, "id", None) is None:
             item = item.model_copy(update={"id": f"p{i + 1}"})
         if isinstance(item, PromptItem) and item.filler_words:
@@ -106,11 +120,11 @@ def load_item_file(path: Path, model: type[M], *, key: str) -> ItemFile:
     ids = [it.id for it in items]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
-        raise ConfigError(f"repeated ids: {', '.join(dup)}", where=where,
-                          hint="give every item its own id:")
+        raise refuse(f"repeated ids: {clip(', '.join(dup))}", "give every item its own id:")
     max_tokens = header.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ConfigError("max_tokens must be a positive integer", where=where)
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                   or max_tokens < 1):
+        raise refuse("max_tokens must be a positive integer", "write e.g. max_tokens: 32")
     return ItemFile(name=name, path=path, max_tokens=max_tokens, items=items)
 
 
@@ -128,7 +142,10 @@ def suite_path(cfg: Config, suite: str) -> Path:
 
 
 def load_suite(cfg: Config, suite: str) -> ItemFile:
-    return load_item_file(suite_path(cfg, suite), QualityItem, key="items")
+    path = suite_path(cfg, suite)
+    return load_item_file(path, QualityItem, key="items",
+                          where=f"{cfg.source or 'arms file'}: quality.suite",
+                          label=f"the quality suite {clip_repr(str(path))}")
 
 
 # ----------------------------------------------------------------------- checks
@@ -221,7 +238,7 @@ def run_command(template: str, values: dict[str, str], *, cwd: Path, timeout: fl
             proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as e:
-            raise ConfigError(f"cannot run {argv[0]!r}: {e.strerror or e}",
+            raise ConfigError(f"cannot run {clip_repr(argv[0])}: {e.strerror or e}",
                               where="quality.command",
                               hint="give a program on PATH or a path relative to the arms "
                                    "file") from None
@@ -266,6 +283,37 @@ class QualityTask:
     def __init__(self, cfg: Config, qc: QualityConfig):
         self.qc = qc
         self.suite = load_suite(cfg, qc.suite) if qc.suite else None
+
+    def check(self, cfg: Config) -> list[str]:
+        """The command, before any server starts: it splits, its placeholders are
+        known, its program exists (one not on PATH here is a warning)."""
+        if self.qc.command is None:
+            return []
+        where = f"{cfg.source or 'arms file'}: quality.command"
+        try:
+            parts = shlex.split(self.qc.command)
+        except ValueError as e:
+            raise ConfigError(f"{clip_repr(self.qc.command)} does not split like a shell "
+                              f"command line: {e}", where=where,
+                              hint="close the quote, or escape it") from None
+        if not parts:
+            raise ConfigError("the command is empty", where=where,
+                              hint="give a command, e.g. python3 quality.py --base-url "
+                                   "{base_url}, or leave command: out")
+        values = placeholder_values(cfg, cfg.resolved_arms()[0], port=1, round_=0)
+        argv = [substitute(a, values, where=where) for a in parts]  # placeholders known?
+        prog = argv[0]
+        if "/" in prog:
+            p = Path(prog) if Path(prog).is_absolute() else cfg.base_dir / prog
+            if not (p.is_file() and os.access(p, os.X_OK)):
+                what = "is not an executable file" if p.exists() else "does not exist"
+                raise ConfigError(f"program {clip_repr(prog)} {what}", where=where,
+                                  hint="fix the path (relative paths start at the arms "
+                                       "file), or chmod +x it")
+        elif shutil.which(prog) is None:
+            return [f"{where}: program {clip_repr(prog)} is not on PATH here (every quality "
+                    "check would fail)"]
+        return []
 
     def run(self, ctx: SlotContext) -> None:
         if ctx.slot.round % self.qc.every:

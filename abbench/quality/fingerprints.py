@@ -23,7 +23,7 @@ from typing import Any
 
 from abbench.config.quality import FingerprintConfig, NonceSet, PromptItem, PromptSetRef
 from abbench.config.schema import Config
-from abbench.errors import ConfigError, Interrupted, RequestError
+from abbench.errors import ConfigError, Interrupted, RequestError, clip, clip_repr
 from abbench.quality.checks import load_item_file
 from abbench.slot import SlotContext, SlotTask
 from abbench.workload.decode import filler_text
@@ -64,19 +64,51 @@ class PromptSet:
     seed: int | None = None
 
 
-def set_path(cfg: Config, ref: PromptSetRef) -> Path:
+#: the prompt sets abbench ships (basics, chat); prompts/ beside the arms file adds more
+#: and overrides these by name
+BUILTIN_SETS = Path(__file__).parent.parent / "data" / "prompts"
+_SUFFIXES = (".yaml", ".yml", ".jsonl")
+
+
+def _named(folder: Path, name: str) -> Path | None:
+    for ext in _SUFFIXES:
+        if (folder / f"{name}{ext}").exists() or (folder / f"{name}{ext}").is_symlink():
+            return folder / f"{name}{ext}"
+    return None
+
+
+def set_names(cfg: Config) -> list[str]:
+    """Every prompt set a name can pick: the built-in ones and the arms file's prompts/."""
+    names = {p.stem for p in BUILTIN_SETS.iterdir() if p.suffix in _SUFFIXES}
+    folder = cfg.base_dir / "prompts"
+    if folder.is_dir():
+        names |= {p.stem for p in folder.iterdir() if p.suffix in _SUFFIXES}
+    return sorted(names)
+
+
+def set_path(cfg: Config, ref: PromptSetRef, where: str = "fingerprints.sets") -> Path:
+    """The file of a prompt set: its path, else prompts/NAME beside the arms file, else
+    abbench's own set of that name."""
     if ref.path is not None:
         p = Path(ref.path)
         return p if p.is_absolute() else cfg.base_dir / p
-    folder = cfg.base_dir / "prompts"
-    for ext in (".yaml", ".yml", ".jsonl"):
-        if (folder / f"{ref.name}{ext}").is_file():
-            return folder / f"{ref.name}{ext}"
-    known = sorted(p.stem for p in folder.glob("*.y*ml")) if folder.is_dir() else []
-    raise ConfigError(f"no prompt set named {ref.name!r} (looked for {folder}/{ref.name}.yaml)",
-                      where="fingerprints.sets",
-                      hint=f"sets there: {', '.join(known)}" if known else
-                      "give a path to a YAML/JSONL file of prompts")
+    assert ref.name is not None
+    found = _named(cfg.base_dir / "prompts", ref.name) or _named(BUILTIN_SETS, ref.name)
+    if found is None:
+        raise ConfigError(f"no prompt set named {clip_repr(ref.name, 80)} (not in "
+                          f"{cfg.base_dir / 'prompts'}/, nor among abbench's own)", where=where,
+                          hint=f"sets: {', '.join(set_names(cfg))}; or give a path to a "
+                               "YAML/JSONL file of prompts")
+    return found
+
+
+def set_origin(cfg: Config, path: Path) -> str:
+    """Where a named set comes from, for the plan: 'built-in' or the prompts/ file."""
+    if path.parent == BUILTIN_SETS:
+        return "built-in"
+    shadowed = _named(BUILTIN_SETS, path.stem) is not None and path.parent == \
+        cfg.base_dir / "prompts"
+    return f"{path}{', over the built-in one' if shadowed else ''}"
 
 
 class FingerprintTask:
@@ -88,13 +120,20 @@ class FingerprintTask:
         self.cold = cold
         self.name = "fingerprints (cold)" if cold else "fingerprints (warm)"
         self.refs = fc.sets
-        self.files = {i: load_item_file(set_path(cfg, r), PromptItem, key="prompts")
-                      for i, r in enumerate(self.refs) if r.nonce is None}
+        src = cfg.source or "arms file"
+        self.files = {}
+        for i, r in enumerate(self.refs):
+            if r.nonce is None:
+                where = f"{src}: fingerprints.sets[{i}]"
+                path = set_path(cfg, r, where)
+                self.files[i] = load_item_file(path, PromptItem, key="prompts", where=where,
+                                               label=f"the prompt set {clip_repr(str(path))}")
         names = [r.name or self.files[i].name for i, r in enumerate(self.refs)]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise ConfigError(f"prompt set names repeat: {', '.join(dup)}",
-                              where="fingerprints.sets", hint="give each set its own name:")
+            raise ConfigError(f"prompt set names repeat: {clip(', '.join(dup))}",
+                              where=f"{src}: fingerprints.sets",
+                              hint="give each set its own name:")
 
     def sets(self, run_seed: int) -> list[PromptSet]:
         out = []

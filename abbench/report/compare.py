@@ -62,12 +62,14 @@ def _pick_arm(meta: dict[str, Any], arm: str | None, where: str) -> dict[str, An
 
 def _side(run: Run, arm: dict[str, Any], key: str,
           problems: list[str] | None) -> list[dict[str, Any]]:
-    """The arm's records renamed to ``key``, its rounds renumbered 0, 1, ... in order."""
-    recs = [r for r in run.records(problems) if r.get("arm") == arm["name"]]
-    rounds = sorted({int(r["round"]) for r in recs if r.get("round") is not None})
+    """The arm's comparable records (those its own run's report compares) renamed to
+    ``key``, the rounds they measured renumbered 0, 1, ... in order."""
+    recs = [r for r in comparable_records(run.records(problems), run.meta())
+            if r.get("arm") == arm["name"] and r.get("round") is not None]
+    rounds = sorted({int(r["round"]) for r in recs if r.get("type") == "sample"})
     index = {r: i for i, r in enumerate(rounds)}
     return [{**r, "arm": key, "round": index[int(r["round"])]} for r in recs
-            if r.get("round") is not None]
+            if int(r["round"]) in index]
 
 
 def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,

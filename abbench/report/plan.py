@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-from abbench.config.schema import (
-    Config,
-    check_arm,
-    config_secret_values,
-    format_context,
-    format_cpus,
-    scrub,
-)
+from abbench.config.schema import Config, config_secret_values, format_context, format_cpus, scrub
 from abbench.model.schedule import Slot, position_counts
 
 
 def describe_plan(cfg: Config, schedule: list[Slot], seed: int, *,
-                  rounds: int | None = None) -> str:
-    """The plan ``abbench validate`` prints: arms, rounds and order, workloads."""
+                  rounds: int | None = None, warnings: list[str] | None = None,
+                  sets: list[str] | None = None) -> str:
+    """The plan ``abbench validate`` prints: arms, rounds and order, workloads, then
+    the ``warnings`` its checks gave; ``sets``: the fingerprint sets as described."""
     n_rounds = rounds or cfg.rounds
     lines = [f"{cfg.source}: OK"]
-    warnings: list[str] = []
     lines.append("arms:")
     for arm in cfg.resolved_arms():
-        warnings += check_arm(cfg, arm, strict_exec=False)
         base = " (baseline)" if arm.name == cfg.baseline_name else ""
         lines.append(f"  {arm.name}{base}: label {arm.label!r}, preset {arm.preset}, "
                      f"port {arm.port}, ready {arm.ready.path} within {arm.ready.timeout:g} s"
@@ -63,13 +56,14 @@ def describe_plan(cfg: Config, schedule: list[Slot], seed: int, *,
         lines.append(f"quality: {what}; rounds 0, {q.every}, {2 * q.every}, ...")
     if cfg.fingerprints:
         f = cfg.fingerprints
-        sets = ", ".join(r.name or str(r.path) for r in f.sets)
+        sets_text = ", ".join(sets if sets is not None else
+                              [r.name or str(r.path) for r in f.sets])
         warm = " and a warm pass" if f.warm else ""
         tokens = f.max_tokens or "the set file's (or 32)"
-        lines.append(f"fingerprints: {sets}; cold pass after each start{warm}, "
+        lines.append(f"fingerprints: {sets_text}; cold pass after each start{warm}, "
                      f"{tokens} tokens per prompt")
     total = per_life + cfg.warmup
     lines.append(f"workload requests: {total} per server life ({cfg.warmup} warm-up), "
                  f"{total * len(schedule)} in all over {len(schedule)} server lives")
-    lines += [f"warning: {w}" for w in warnings]
+    lines += [f"warning: {w}" for w in warnings or []]
     return "\n".join(lines)

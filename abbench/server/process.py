@@ -28,10 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-import requests
-
 from abbench.config.schema import ResolvedArm, format_cpus, scrub, secret_values
 from abbench.errors import AbbenchError, ConfigError, Interrupted, ServerError, StoreError
+from abbench.server.http import Transport, TransportError
 from abbench.server.interrupts import shielded
 
 _PR_SET_PDEATHSIG = 1
@@ -139,9 +138,9 @@ class Server:
     def wait_ready(self, should_stop: Callable[[], bool] = lambda: False) -> float:
         """Poll the readiness path until 200; return seconds from start to ready."""
         ready = self.arm.ready
-        url = self.base_url + (ready.path or "/health")
+        path = ready.path or "/health"
         deadline = self.started_at + ready.timeout
-        session = requests.Session()
+        poll = Transport(self.base_url, resend=False)  # each poll is its own retry
         t_prev_ask: float | None = None
         try:
             while True:
@@ -156,8 +155,8 @@ class Server:
                              "see why")
                 t_ask = time.perf_counter()
                 try:
-                    r = session.get(url, timeout=max(ready.interval * 20, 1.0))
-                    if r.status_code == 200:
+                    r = poll.get(path, timeout=max(ready.interval * 20, 1.0), max_body=65536)
+                    if r.status == 200:
                         now = time.perf_counter()  # before the check below, which takes ms
                         stray = foreign_listener(self.port, self.started_wall, self.proc.pid)
                         if stray is not None:
@@ -171,7 +170,7 @@ class Server:
                         # sent: an upper bound of how late we noticed.
                         self.ready_noticed_lag = now - (t_prev_ask or t_ask)
                         return now - self.started_at
-                except requests.RequestException:
+                except TransportError:
                     pass
                 t_prev_ask = t_ask
                 if time.perf_counter() > deadline:
@@ -183,7 +182,16 @@ class Server:
                              f"minutes), or check ready.path; log: {self.log_path}")
                 time.sleep(ready.interval)
         finally:
-            session.close()
+            poll.close()
+
+    def responds(self, timeout: float) -> bool:
+        """Whether the readiness path answers (any status) within ``timeout`` seconds."""
+        with Transport(self.base_url, resend=False) as t:
+            try:
+                t.get(self.arm.ready.path or "/health", timeout=timeout, max_body=65536)
+            except TransportError:
+                return False
+        return True
 
     def stop(self) -> int | None:
         """SIGTERM the process group, SIGKILL after the grace period. Idempotent.

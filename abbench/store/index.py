@@ -9,8 +9,10 @@ one written by a newer abbench is refused. When the results directory cannot be
 written, the index lives in memory for the command.
 
 What it holds: one row per run (its metadata), one per arm (label, commit), one
-per (run, arm, workload, metric, round) with the mean of that round's valid reps,
-and the problems met while reading (corrupt lines, unreadable run.json).
+per (run, arm, workload, metric, round) with the mean of that round's valid reps
+(of the comparable records only: :func:`abbench.model.rounds.comparable_records`, as
+the run's report takes them), and the problems met while reading (corrupt lines,
+unreadable run.json).
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from abbench.errors import StoreError
-from abbench.model.rounds import round_values
+from abbench.model.rounds import comparable_records, round_values
 from abbench.store.run import RUN_FILE, SAMPLES_FILE, Run
 
 INDEX_FILE = "index.sqlite"
 
 #: bumped when what is extracted from a run changes: every run is then re-read
-INGEST_VERSION = 1
+#: (2: values only from the comparable records, as the report takes them)
+INGEST_VERSION = 2
 
 
 def _script(db: sqlite3.Connection, sql: str) -> None:
@@ -214,12 +217,6 @@ class Index:
                     self._ingest(run_id, Path(path), run_stamp, samples_stamp)
         return RefreshStats(scanned=len(seen), read=len(todo), dropped=len(gone))
 
-    def rebuild(self) -> RefreshStats:
-        """Forget everything and read every run folder again."""
-        with self._transaction():
-            self.db.execute("DELETE FROM runs")
-        return self.refresh()
-
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
         self.db.execute("BEGIN IMMEDIATE")
@@ -262,8 +259,8 @@ class Index:
         db.executemany("INSERT OR REPLACE INTO arms VALUES (?, ?, ?, ?, ?)",
                        [(run_id, i, a["name"], a.get("label") or a["name"], a.get("commit"))
                         for i, a in enumerate(arms)])
-        try:
-            values = round_values(records)
+        try:  # the values the run's own report compares (Pinpoint's rule), no others
+            values = round_values(comparable_records(records, meta))
         except (KeyError, TypeError, ValueError) as e:
             problems.append(f"{run.samples_path}: a sample lacks a field ({e}); "
                             "its values are left out of the index")

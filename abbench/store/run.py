@@ -209,12 +209,6 @@ class Run:
         check_schema(meta.get("schema"), where=str(self.path / RUN_FILE))
         return meta
 
-    def config(self) -> dict[str, Any]:
-        try:
-            return yaml.safe_load((self.path / "config.yaml").read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise StoreError(f"config.yaml cannot be read: {e}", where=str(self.path)) from None
-
     def records(self, problems: list[str] | None = None) -> list[dict[str, Any]]:
         return list(iter_records(self.samples_path, problems))
 

@@ -15,16 +15,14 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import requests
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from abbench.config.presets import arm_preset
 from abbench.config.schema import ResolvedArm, Workload
-from abbench.errors import RequestError
+from abbench.errors import RequestError, clip
+from abbench.server.http import Reply, Transport, TransportError
+from abbench.workload import wire
+from abbench.workload.wire import WireError
 
 _WORDS = (  # noqa: SIM905 - one word list, kept readable
     "the of and to in is was that for on as with by at from his her which this be are "
@@ -53,7 +51,10 @@ def filler_text(n_words: int, seed: int = 0) -> str:
 
 @dataclass
 class StreamResult:
-    """What one streamed completion returned, with client-side timings (perf_counter s)."""
+    """What one streamed completion returned, with client-side timings (perf_counter s).
+
+    ``usage`` and ``timings`` hold what the server sent, checked by :mod:`.wire`
+    (counts are integers >= 0, rates finite)."""
 
     t_send: float
     t_first: float | None = None
@@ -68,18 +69,18 @@ class StreamResult:
 
     @property
     def completion_tokens(self) -> int | None:
-        if "completion_tokens" in self.usage:
+        if self.usage.get("completion_tokens") is not None:
             return int(self.usage["completion_tokens"])
-        if "predicted_n" in self.timings:
+        if self.timings.get("predicted_n") is not None:
             return int(self.timings["predicted_n"])
         return None
 
     @property
     def prompt_tokens(self) -> int | None:
-        if "prompt_tokens" in self.usage:
+        if self.usage.get("prompt_tokens") is not None:
             return int(self.usage["prompt_tokens"])
-        if "prompt_n" in self.timings:
-            return int(self.timings["prompt_n"]) + int(self.timings.get("cache_n", 0))
+        if self.timings.get("prompt_n") is not None:
+            return int(self.timings["prompt_n"]) + int(self.timings.get("cache_n") or 0)
         return None
 
     @property
@@ -94,83 +95,96 @@ class StreamResult:
         return (n - 1) / dt if dt > 0 else None
 
 
+#: the longest SSE line read (a chunk is a few hundred bytes)
+MAX_LINE = 1024 * 1024
+
+
 def parse_sse(chunks: Iterator[bytes], result: StreamResult, clock=time.perf_counter,
-              on_first: Callable[[], None] | None = None) -> None:
+              on_first: Callable[[], None] | None = None,
+              max_content: int | None = None) -> None:
     """Consume an SSE byte stream of OpenAI completion chunks into ``result``.
 
-    Kept free of I/O so that the client-capacity benchmark can drive it at full speed.
+    Every ``data:`` event is parsed by :mod:`.wire`; a malformed one raises a
+    WireError naming it (``stream chunk 3: choices is a string``). ``max_content``:
+    content chunks beyond this fail the request (a stream that never ends). Kept
+    free of I/O so that the client-capacity benchmark can drive it at full speed.
     """
     buf = b""
     texts: list[str] = []
+    events = 0
+    content = 0
+
+    def take(line: bytes, now: float) -> None:
+        nonlocal events, content
+        if not line.startswith(b"data:"):
+            return
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            result.t_end = now
+            return
+        events += 1
+        chunk = wire.parse(wire.Chunk, payload, f"stream chunk {events}")
+        if chunk.error is not None and not chunk.choices:
+            raise WireError(f"stream chunk {events}: the server reported an error: "
+                            f"{clip(json.dumps(chunk.error), 200)}")
+        result.chunks += 1
+        for choice in chunk.choices or ():
+            text = choice.text
+            if text is None and choice.delta is not None:
+                text = choice.delta.content
+            if text:
+                content += 1
+                if max_content is not None and content > max_content:
+                    raise WireError(f"stream chunk {events}: the stream went on past "
+                                    f"{max_content} content chunks")
+                if result.t_first is None:
+                    result.t_first = now
+                    if on_first is not None:
+                        on_first()
+                result.t_last = now
+                texts.append(text)
+            if choice.finish_reason:
+                result.finish_reason = choice.finish_reason
+        if chunk.usage is not None:
+            result.usage = wire.dump(chunk.usage)
+        if chunk.timings is not None:
+            result.timings = wire.dump(chunk.timings)
+        if chunk.meta_info is not None:
+            result.extra["meta_info"] = chunk.meta_info
+
     for data in chunks:
         now = clock()
         buf += data
         if b"\n" not in data:
+            if len(buf) > MAX_LINE:
+                raise WireError(f"stream chunk {events + 1}: a line longer than "
+                                f"{MAX_LINE // 1024} KiB")
             continue
         *lines, buf = buf.split(b"\n")
         for line in lines:
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                result.t_end = now
-                continue
-            try:
-                obj = json.loads(payload)
-            except ValueError:
-                raise RequestError(f"broken SSE stream: not JSON: {payload[:80]!r}") from None
-            if "error" in obj and not obj.get("choices"):
-                raise RequestError(f"server error in stream: {obj['error']}")
-            result.chunks += 1
-            for choice in obj.get("choices") or ():
-                text = choice.get("text")
-                if text is None:
-                    text = (choice.get("delta") or {}).get("content")
-                if text:
-                    if result.t_first is None:
-                        result.t_first = now
-                        if on_first is not None:
-                            on_first()
-                    result.t_last = now
-                    texts.append(text)
-                if choice.get("finish_reason"):
-                    result.finish_reason = choice["finish_reason"]
-            if obj.get("usage"):
-                result.usage = obj["usage"]
-            if obj.get("timings"):
-                result.timings = obj["timings"]
-            if "meta_info" in obj:
-                result.extra["meta_info"] = obj["meta_info"]
+            take(line, now)
+    if buf.strip():  # the stream ended inside a line
+        raise WireError(f"stream chunk {events + 1}: the stream ended inside it "
+                        f"({clip(repr(buf[:60]), 80)})")
     result.text = "".join(texts)
     if result.t_end is None:
         result.t_end = clock()
 
 
-def new_session() -> requests.Session:
-    """A session that re-sends a request once when a kept-alive connection turns out
-    to be closed before any response (servers close idle connections: llama.cpp
-    after 5 s). Never retried: HTTP errors and anything after the response began."""
-    session = requests.Session()
-    retry = Retry(total=2, connect=1, read=1, status=0, other=0, redirect=0,
-                  allowed_methods=None, raise_on_status=False)
-    adapter = HTTPAdapter(max_retries=retry)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
-
-
 class Client:
-    """Talks to one running server through its preset's endpoints."""
+    """Talks to one running server through its preset's endpoints: every workload
+    request, and the collectors' metrics scrapes and cache flushes, go through its
+    :class:`~abbench.server.http.Transport`."""
 
     def __init__(self, base_url: str, arm: ResolvedArm):
         self.base_url = base_url
         self.arm = arm
         self.preset = arm_preset(arm)
-        self.session = new_session()
+        self.http = Transport(base_url)
         self._prefix: list[int] | None = None
 
     def close(self) -> None:
-        self.session.close()
+        self.http.close()
 
     # ---------------------------------------------------------------- tokenize
     def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
@@ -184,12 +198,12 @@ class Client:
         else:
             body = {"prompt": text, "add_special_tokens": add_special}
         try:
-            # (a kept-alive connection closed by the server is re-sent by new_session)
-            r = self.session.post(self.base_url + path, json=body, timeout=120)
-            r.raise_for_status()
-            return [int(t) if not isinstance(t, dict) else int(t["id"]) for t in r.json()["tokens"]]
-        except (requests.RequestException, ValueError, KeyError) as e:
-            raise RequestError(f"tokenize failed at {path}: {e}",
+            r = self.http.post(path, body, timeout=120)
+            if r.status != 200:
+                raise RequestError(f"HTTP {r.status}: {r.excerpt()}")
+            return wire.parse(wire.Tokenized, r.body, "the answer").ids()
+        except RequestError as e:
+            raise RequestError(f"tokenize failed at {path}: {e.message}",
                                hint="check tokenize_path for this server") from None
 
     def special_prefix(self) -> list[int]:
@@ -208,16 +222,25 @@ class Client:
         if not self.arm.props_path:
             return None
         try:
-            r = self.session.get(self.base_url + self.arm.props_path, timeout=10)
-            if r.status_code != 200:
+            r = self.http.get(self.arm.props_path, timeout=10)
+            if r.status != 200:
                 return None
-            data = r.json()
-        except (requests.RequestException, ValueError):
+            data = wire.parse(wire.Props, r.body, "props").model_dump()
+        except RequestError:
             return None
         if isinstance(data, dict):
             data.pop("chat_template", None)  # large and not about speed
             data.pop("chat_template_tool_use", None)
         return data
+
+    # ------------------------------------------------- other calls (collectors)
+    def get(self, path: str, *, timeout: float = 10) -> Reply:
+        """GET ``path`` (a metrics scrape); raises RequestError when no answer came."""
+        return self.http.get(path, timeout=timeout)
+
+    def call(self, method: str, path: str, body: Any = None, *, timeout: float) -> Reply:
+        """Any other request (a cache flush, a greedy completion)."""
+        return self.http.request(method, path, json=body, timeout=timeout)
 
     # -------------------------------------------------------------- completion
     def request_body(self, prompt: list[int] | str, max_tokens: int, *,
@@ -247,19 +270,18 @@ class Client:
         timeout = timeout or self.arm.request_timeout
         result = StreamResult(t_send=time.perf_counter())
         try:
-            with self.session.post(self.base_url + self.arm.completions_path, json=body,
-                                   stream=True, timeout=(10, timeout)) as r:
-                if r.status_code != 200:
-                    raise RequestError(f"HTTP {r.status_code}: {r.text[:300]}")
+            with self.http.stream(self.arm.completions_path, body, timeout=timeout) as s:
+                if s.status != 200:
+                    raise RequestError(f"HTTP {s.status}: {s.excerpt()}")
                 deadline = result.t_send + timeout
-                parse_sse(_until(r.iter_content(chunk_size=None), deadline, stop_event), result,
-                          on_first=on_first)
-        except requests.Timeout:
-            raise RequestError(f"no data for {timeout:g} s (request_timeout)",
-                               hint="the server may hang; raise request_timeout if it is "
-                                    "just slow") from None
-        except requests.RequestException as e:
-            raise RequestError(f"connection failed: {type(e).__name__}: {e}") from None
+                parse_sse(_until(s.pieces(), deadline, stop_event), result, on_first=on_first,
+                          max_content=2 * max_tokens + 16)
+        except TransportError as e:
+            if e.message.startswith("timed out"):
+                raise RequestError(f"timed out: no data for {timeout:g} s (request_timeout)",
+                                   hint="the server may hang; raise request_timeout if it is "
+                                        "just slow") from None
+            raise
         return result
 
 
@@ -312,15 +334,6 @@ class PromptMaker:
             raise RequestError(f"context {length} is shorter than the prompt's head "
                                f"({len(head)} tokens)", hint="use a longer context")
         return head + self.filler(length - len(head)), nonce
-
-
-def load_prompt_text(workload: Workload, base_dir: Path) -> str | None:
-    if workload.prompt.source != "file" or not workload.prompt.path:
-        return None
-    p = Path(workload.prompt.path)
-    if not p.is_absolute():
-        p = base_dir / p
-    return p.read_text(encoding="utf-8")
 
 
 # -------------------------------------------------------------- one decode

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import requests
-
 from abbench.errors import RequestError
+from abbench.server.http import Reply
+from abbench.workload import wire
 from abbench.workload.decode import Client
 
 Message = dict[str, str]
@@ -50,34 +50,31 @@ def generate(client: Client, *, prompt: str | None = None, messages: list[Messag
         body["logprobs"] = 1
         path = client.arm.completions_path
     r = _post(client, path, body, timeout or client.arm.request_timeout)
-    if r.status_code != 200:
+    if r.status != 200:
         hint = ("the server has no chat endpoint: give the item a prompt: instead of "
                 "messages:, or set quality.chat_path" if messages is not None and
-                r.status_code == 404 else None)
-        raise RequestError(f"HTTP {r.status_code}: {r.text[:300]}", where=path, hint=hint)
+                r.status == 404 else None)
+        raise RequestError(f"HTTP {r.status}: {r.excerpt()}", where=path, hint=hint)
     try:
-        data = r.json()
-        choice = data["choices"][0]
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise RequestError(f"not an OpenAI-style answer: {r.text[:200]}", where=path) from None
+        answer = wire.parse(wire.Completion, r.body, "the answer")
+    except RequestError as e:
+        raise RequestError(e.message, where=path) from None
+    choice = answer.choices[0]
     if messages is not None:
-        text = (choice.get("message") or {}).get("content") or ""
+        text = (choice.message.content if choice.message is not None else None) or ""
     else:
-        text = choice.get("text") or ""
-    usage = data.get("usage") or {}
-    ct = usage.get("completion_tokens")
-    return Generation(text=text, tokens=_tokens(choice.get("logprobs")),
-                      completion_tokens=int(ct) if ct is not None else None,
-                      finish_reason=choice.get("finish_reason"))
+        text = choice.text or ""
+    ct = answer.usage.completion_tokens if answer.usage is not None else None
+    return Generation(text=text, tokens=_tokens(choice.logprobs), completion_tokens=ct,
+                      finish_reason=choice.finish_reason)
 
 
-def _post(client: Client, path: str, body: dict[str, Any], timeout: float) -> requests.Response:
-    """One POST (the client's session re-sends on a kept-alive connection the server
-    closed before answering)."""
+def _post(client: Client, path: str, body: dict[str, Any], timeout: float) -> Reply:
+    """One POST through the client's transport."""
     try:
-        return client.session.post(client.base_url + path, json=body, timeout=(10, timeout))
-    except requests.RequestException as e:
-        raise RequestError(f"connection failed: {type(e).__name__}: {e}", where=path) from None
+        return client.call("POST", path, body, timeout=timeout)
+    except RequestError as e:
+        raise RequestError(e.message, where=path) from None
 
 
 def _tokens(logprobs: Any) -> list[int | str]:

@@ -1,6 +1,6 @@
 """Faults the reference server causes (tests/refserver.py --fault) and faults of
 abbench itself (signals, results directory): exit code, message, samples kept,
-no server left. The same faults in the real llama-server: test_faults_real.py."""
+no server left. The same faults in the real llama-server: tests/real/test_faults.py."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from abbench.report.text import md_escape
 from tests.faultkit import (
     cli,
     cli_start,
@@ -87,25 +88,62 @@ def test_server_never_ready_times_out(tmp_path: Path, ref: Path, results: Path) 
     ("http500", "failed", 'HTTP 500: {"error": {"message": "reference fault"}}'),
     ("broken", "failed", "connection failed: ChunkedEncodingError"),
     ("short", "invalid", "completion_tokens 13 != 16"),
+    ("wrong-shape", "failed", "stream chunk 3: choices is a string ('oops')"),
+    ("nan-usage", "failed", "stream chunk 18: usage.completion_tokens is NaN"),
+    ("error-mid-stream", "failed", 'stream chunk 9: the server reported an error: '
+                                   '{"code": 500, "message": "reference fault mid-stream"'),
+    ("endless", "failed", "stream chunk 49: the stream went on past 48 content chunks"),
+    ("torn", "ok", None),
 ])
 def test_bad_response_marks_the_sample_and_goes_on(tmp_path: Path, ref: Path, results: Path,
-                                                   fault: str, status: str, reason: str) -> None:
-    # every 2nd completion is faulty: the warm-up is fine, then decode 64 fails,
+                                                   fault: str, status: str,
+                                                   reason: str | None) -> None:
+    # every 2nd completion is faulty: the warm-up is fine, then decode 64 is faulty,
     # decode 128 is fine, in every server life
     arms = ref_arms(tmp_path / "a.yaml", ref,
                     {"good": [], "bad": ["--fault", fault, "--fault-every", "2"]})
     p = cli("run", arms, "--results", results, "--plain")
     assert p.returncode == 0, p.stderr  # a bad sample is no failed server life
     run = only_run(results)
+    assert meta(run)["status"] == "complete"
     assert all(s["status"] == "ok" for s in slots(run))
     bad = [s for s in samples(run) if s["arm"] == "bad"]
     assert [(s["workload"], s["status"], s["valid"]) for s in bad] == \
-        [("decode 64", status, False), ("decode 128", "ok", True)] * 2
-    assert all(reason in s["reason"] for s in bad if not s["valid"])
+        [("decode 64", status, status == "ok"), ("decode 128", "ok", True)] * 2
     assert all(s["valid"] for s in samples(run) if s["arm"] == "good")
     report = (run / "report.md").read_text()
-    assert f"Sample {status}: arm bad, round 0, decode 64 rep 0:" in report
     assert "| decode 128 (tok/s) |" in report  # the good rows are compared
+    if reason is None:  # torn chunks are still a valid stream: measured like any other
+        assert "| decode 64 (tok/s) |" in report and "Sample " not in report
+    else:
+        assert all(reason in s["reason"] for s in bad if not s["valid"]), bad
+        for r in (0, 1):  # the report names each bad sample, and why
+            line = next(ln for ln in report.splitlines()
+                        if ln.startswith(f"Sample {status}: arm bad, round {r}, decode 64 rep 0:"))
+            assert md_escape(reason) in line, line
+    wait_gone(str(ref))
+
+
+def test_answers_that_never_end_or_have_the_wrong_shape_outside_the_stream(
+        tmp_path: Path, ref: Path, results: Path) -> None:
+    """/props sends a body that never ends (cut at the transport's 16 MiB cap: props are
+    only informational, the run goes on without them); /tokenize answers the wrong
+    shape (every sample of that arm fails, saying so; the server life itself is fine)."""
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"good": [], "props": ["--fault", "endless-props"],
+                                               "tok": ["--fault", "bad-tokenize"]}, rounds=1)
+    p = cli("run", arms, "--results", results, "--plain", timeout=120)
+    assert p.returncode == 0, p.stderr
+    run = only_run(results)
+    m = meta(run)
+    assert m["status"] == "complete"
+    assert set(m["servers"]) == {"good", "tok"}  # the endless /props left no entry
+    assert all(s["valid"] for s in samples(run) if s["arm"] in ("good", "props"))
+    tok = [s for s in samples(run) if s["arm"] == "tok"]
+    assert len(tok) == 2 and all(s["status"] == "failed" for s in tok)
+    why = "tokenize failed at /tokenize: the answer: tokens is a string ('oops')"
+    assert all(s["reason"] == why for s in tok), tok
+    report = (run / "report.md").read_text()
+    assert f"Sample failed: arm tok, round 0, decode 64 rep 0: {why}." in report
     wait_gone(str(ref))
 
 
@@ -415,3 +453,81 @@ def test_abbench_killed_right_after_the_fork_leaves_no_grandchild(tmp_path: Path
         wait_gone(str(ref), timeout=10)
     finally:  # a failed test must not leak the server either
         subprocess.run(["pkill", "-9", "-f", str(ref)], check=False)
+
+
+# ------------------------------------------------------------ abbench's own faults
+
+
+class _Boom:
+    """A slot task that raises an exception nobody foresaw, in one arm's lives."""
+
+    name = "boom"
+    cold = False
+
+    def __init__(self, arm: str):
+        self.arm = arm
+
+    def run(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        if ctx.arm.name == self.arm:
+            raise ValueError("boom")
+
+
+def test_an_unexpected_exception_fails_that_server_life_never_ok(
+        tmp_path: Path, ref: Path, results: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from abbench.campaign import commands, preflight
+
+    real = preflight.default_tasks
+    monkeypatch.setattr(preflight, "default_tasks", lambda cfg: [*real(cfg), _Boom("b")])
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []})
+    out = commands.run(arms, rounds=None, seed=None, results=results, live=False,
+                       until_ci=None, max_rounds=None, resume=None)
+    run = only_run(results)
+    assert out.code == 1
+    assert out.stderr[-1] == ("2 server life(s) failed (the report says why); to run their "
+                              f"rounds again: abbench run --resume {run.name} --results {results}")
+    assert meta(run)["status"] == "complete"
+    failed = _failed_slots(run)
+    assert [(s["arm"], s["reason"]) for s in failed] == \
+        [("b", f"internal error: ValueError: boom (traceback in b-r{r}.log)") for r in (0, 1)]
+    assert "ValueError: boom" in (run / "logs" / "b-r0.log").read_text()  # the traceback
+    assert "arm b failed: internal error: ValueError: boom" in (run / "report.md").read_text()
+    wait_gone(str(ref))
+
+
+def test_an_unexpected_exception_between_slots_stops_the_run_failed_not_running(
+        tmp_path: Path, ref: Path, results: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from abbench.campaign import commands, runner
+    from abbench.errors import AbbenchError
+
+    def planned_then_boom(cfg, run, schedule, seed, progress):  # type: ignore[no-untyped-def]
+        yield from schedule[:2]
+        raise RuntimeError("boom between slots")
+
+    (tmp_path / "wd").mkdir()
+    arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []}, defaults={"cwd": "wd"})
+    with monkeypatch.context() as m:
+        m.setattr(runner, "planned_and_more", planned_then_boom)
+        with pytest.raises(AbbenchError) as e:
+            commands.run(arms, rounds=None, seed=None, results=results, live=False,
+                         until_ci=None, max_rounds=None, resume=None)
+    run = only_run(results)
+    assert e.value.exit_code == 1
+    assert e.value.message == ("the run stopped: internal error: RuntimeError: boom between "
+                               f"slots; every sample written before is kept in "
+                               f"{run / 'samples.jsonl'}")
+    assert e.value.hint == (f"please report it with {run / 'error.log'}; then resume with: "
+                            f"abbench run --resume {run.name} --results {results}")
+    m_ = meta(run)
+    assert m_["status"] == "failed" and m_["error"].startswith("internal error: RuntimeError")
+    assert "RuntimeError: boom between slots" in (run / "error.log").read_text()
+    assert "| decode 64 (tok/s) |" in (run / "report.md").read_text()  # round 0 measured
+    # a resume whose checks fail (the arms' cwd is gone) leaves the run as it was
+    (tmp_path / "wd").rmdir()
+    p = cli("run", "--resume", run.name, "--results", results, "--plain")
+    assert p.returncode == 2 and "is not a directory" in p.stderr, p.stderr
+    assert meta(run)["status"] == "failed"
+    (tmp_path / "wd").mkdir()
+    p = cli("run", "--resume", run.name, "--results", results, "--plain")
+    assert p.returncode == 0, p.stderr
+    assert meta(run)["status"] == "complete" and meta(run)["rounds_done"] == 2
+    wait_gone(str(ref))

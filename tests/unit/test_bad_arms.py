@@ -1,10 +1,14 @@
 """The bad-input corpus: every file in tests/bad_arms/ is refused by `abbench
 validate` and by `abbench run` with exit 2, the file, the line or field, a hint,
-and no process started."""
+and no process started, within 5 s and in less than 2 KB (tests/bad_arms/README.md
+has the format)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,17 +18,57 @@ from abbench.cli import app
 from tests.faultkit import cli
 
 CORPUS = Path(__file__).resolve().parents[1] / "bad_arms"
-FILES = sorted(CORPUS.glob("*.yaml"))
+FILES = sorted(CORPUS.glob("*.yaml"), key=lambda p: int(p.name.split("-")[0]))
 
 
 def test_the_corpus_is_large_enough() -> None:
-    assert len(FILES) >= 25
+    assert len(FILES) >= 84  # twice the 42 it had before the input caps
 
 
-def _expected(path: Path) -> str:
-    last = path.read_text().rstrip("\n").splitlines()[-1]
+def _lines(path: Path) -> list[str]:
+    return path.read_bytes().decode("utf-8", "replace").rstrip("\n").splitlines()
+
+
+def _expected(path: Path, folder: Path) -> str:
+    last = _lines(path)[-1]
     assert last.startswith("# expect: "), path
-    return last.removeprefix("# expect: ").replace("{dir}", str(CORPUS))
+    return last.removeprefix("# expect: ").replace("{dir}", str(folder))
+
+
+def _materialize(path: Path, tmp_path: Path) -> Path:
+    """The folder a case runs in: the corpus itself, or (for a case with ``# make:``
+    lines) a copy in which what git cannot hold is made: a FIFO, a link, a symlink
+    loop, a directory, a file grown past a size cap, a UTF-16 copy."""
+    makes = [ln.removeprefix("# make: ").split() for ln in _lines(path)
+             if ln.startswith("# make: ")]
+    if not makes:
+        return CORPUS
+    folder = tmp_path / "case"
+    shutil.copytree(CORPUS, folder, symlinks=True)
+    for verb, target, *args in makes:
+        p = folder / target.replace("{self}", path.name)
+        if verb == "grow":  # append text (comment lines to a YAML file) up to a size
+            line = b"# padding to test the size cap\n" if p.exists() else b"filler words\n"
+            with open(p, "ab") as f:
+                f.write(line * (int(args[0]) // len(line) + 1))
+            continue
+        if verb == "utf16":
+            p.write_bytes(p.read_text().encode("utf-16"))
+            continue
+        if p.exists() or p.is_symlink():
+            p.unlink()
+        if verb == "fifo":
+            os.mkfifo(p)
+        elif verb == "link":
+            p.symlink_to(args[0])
+        elif verb == "loop":
+            p.symlink_to(p.name)
+        elif verb == "dir":
+            p.mkdir()
+            (p / "arms.yaml").write_text("rounds: 1\n")
+        else:
+            raise AssertionError(f"{path.name}: unknown make verb {verb!r}")
+    return folder
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
@@ -33,19 +77,24 @@ def test_bad_arms_file_is_refused(path: Path, command: str, tmp_path: Path,
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # In-process (typer's runner) for speed: the marker file and the results folder
     # would still show any process started or any run begun.
+    folder = _materialize(path, tmp_path)
     mark = tmp_path / "started"
     results = tmp_path / "results"
     args = [command, path.name] + (["--results", str(results), "--plain"]
                                    if command == "run" else [])
-    monkeypatch.chdir(CORPUS)
+    monkeypatch.chdir(folder)
     monkeypatch.setenv("ABF_PY", sys.executable)
     monkeypatch.setenv("ABF_MARK", str(mark))
+    t0 = time.monotonic()
     p = CliRunner().invoke(app, args)
+    took = time.monotonic() - t0
     assert p.exit_code == 2, (p.stdout, p.stderr, p.exception)
     first, *rest = p.stderr.splitlines()
-    assert first == f"Error: {path.name}: {_expected(path)}"
+    assert first == f"Error: {path.name}: {_expected(path, folder)}"
     assert rest and rest[0].startswith("hint: ") and len(rest[0]) > 10
     assert "Traceback" not in p.stderr
+    assert len(p.stderr.encode()) < 2048, len(p.stderr.encode())
+    assert took < 5, f"{took:.1f} s"
     assert not mark.exists(), "a start command ran"
     assert not results.exists(), "the run got as far as the results directory"
 

@@ -130,3 +130,76 @@ def test_missing_start_is_an_error(tmp_path: Path):
     with pytest.raises(ConfigError) as e:
         load_config(p)
     assert "no start command" in str(e.value) and "arms[1]" in str(e.value)
+
+
+# ------------------------------------------------ silent cases, decided (README)
+
+
+def test_accepted_as_they_are_meant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A byte-order mark is dropped; env and vars numbers stay as written; ${ENV}
+    values that expand to numbers are read as numbers."""
+    monkeypatch.setenv("ABF_ROUNDS", "5")
+    p = tmp_path / "arms.yaml"
+    p.write_bytes(b"\xef\xbb\xbf" + GOOD.replace("rounds: 4", "rounds: ${ABF_ROUNDS:-3}")
+                  .replace("  server: /bin/true", "  server: /bin/true\n  dev: 010\n  lr: 0.10")
+                  .replace('OMP_NUM_THREADS: "2"', "OMP_NUM_THREADS: 08, CUDA: 1e3").encode())
+    cfg = load_config(p)
+    assert cfg.rounds == 5
+    assert cfg.vars["dev"] == "010" and cfg.vars["lr"] == "0.10"  # YAML read 8 and 0.1
+    assert cfg.arms[1].env == {"OMP_NUM_THREADS": "08", "CUDA": "1e3"}
+
+
+def test_warned_the_same_by_validate_and_run(tmp_path: Path) -> None:
+    from abbench.campaign.preflight import check_config
+    from abbench.campaign.runner import Campaign, RunOptions
+
+    p = write_arms(tmp_path / "arms.yaml", """
+        order: sequential
+        seed: 3
+        vars: {model: $HOME/m.gguf}
+        arms:
+          - {name: a, label: same, start: [/bin/true, --port, "{port}", -m, "{model}"],
+             env: {P: "$PATH:/opt/bin"}, request_extra: {temperature: 0.7}}
+          - {name: b, label: same, start: [/bin/true, --port, "{port}"]}
+        workloads: [{contexts: [64], decode_tokens: 8}]
+    """)
+    checked = check_config(load_config(p), strict_exec=False)
+    assert checked.warnings == [
+        f"{p}: vars.model: $HOME is not expanded (only ${{HOME}} is taken from the "
+        "environment)",
+        f"{p}: arms[0] (a).env.P: $PATH is not expanded (only ${{PATH}} is taken from the "
+        "environment)",
+        f"{p}: arms[0] (a).request_extra: temperature replaces abbench's greedy settings: "
+        "fingerprints and quality checks are then not reproducible",
+        f"{p}: arms a, b share the label 'same': their columns and history series cannot be "
+        "told apart",
+        f"{p}: seed: 3 changes nothing with order: sequential (only interleaved orders are "
+        "drawn)"]
+    camp = Campaign(load_config(p), RunOptions(results=tmp_path / "r"))
+    assert camp.warnings == checked.warnings  # run warns of exactly the same
+    assert not (tmp_path / "r").exists()
+
+
+def test_prompt_sets_ship_with_abbench_and_a_prompts_folder_overrides(tmp_path: Path) -> None:
+    from abbench.campaign.preflight import check_config
+
+    body = """
+        arms:
+          - {name: a, start: [/bin/true, --port, "{port}"]}
+          - {name: b, start: [/bin/true, --port, "{port}"]}
+        workloads: [{contexts: [64], decode_tokens: 8}]
+        fingerprints: {sets: [basics, chat, mine]}
+    """
+    p = write_arms(tmp_path / "arms.yaml", body)
+    with pytest.raises(ConfigError, match="no prompt set named 'mine'"):
+        check_config(load_config(p), strict_exec=False)  # validate finds it too
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "mine.yaml").write_text("prompts: [{prompt: hello}]\n")
+    (tmp_path / "prompts" / "chat.yaml").write_text("name: chat\nprompts: [{prompt: hi}]\n")
+    checked = check_config(load_config(p), strict_exec=False)
+    assert checked.set_sources() == [
+        "basics", f"chat ({tmp_path}/prompts/chat.yaml, over the built-in one)",
+        f"mine ({tmp_path}/prompts/mine.yaml)"]
+    sets = {s.name: s for t in checked.tasks if getattr(t, "cold", False)
+            for s in getattr(t, "sets", lambda seed: [])(1)}
+    assert len(sets["basics"].items) == 8 and len(sets["chat"].items) == 1

@@ -1,6 +1,6 @@
-"""Faults the reference server causes (tests/refserver.py --fault) and faults of
-abbench itself (signals, results directory): exit code, message, samples kept,
-no server left. The same faults in the real llama-server: test_faults_real.py."""
+"""The reaper on its own (no server, no CLI): it kills a process group only when
+abbench vanishes without saying ``done``. Faults with a server: tests/ref/test_faults.py
+and tests/real/test_faults.py."""
 
 from __future__ import annotations
 
@@ -8,17 +8,6 @@ import signal
 import subprocess
 
 import pytest
-
-# ------------------------------------------------------------- server start-up
-
-
-# ------------------------------------------------------------ bad responses
-
-
-# ------------------------------------------------------------ signals to abbench
-
-
-# ------------------------------------------------------------ results directory
 
 
 @pytest.mark.parametrize("says_done", [True, False])

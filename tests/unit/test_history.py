@@ -130,9 +130,12 @@ def test_index_follows_the_folders(results: Path) -> None:
         assert [r.id for r in ix.runs()] == [r.id for r in runs]
         assert ix.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         assert len(ix.round_values("decode_tok_s")) == 3 * 2 * 3
-    # a new sample in run 0 (a 4th round) is seen; a removed run is dropped
-    runs[0].append({"type": "sample", "arm": "base", "round": 3, "rep": 0, "valid": True,
-                    "workload": "decode 1K", "metrics": {"decode_tok_s": 50.0}})
+    # a new round in run 0 (a 4th, both arms finished) is seen; a removed run is dropped
+    for pos, (arm, v) in enumerate((("base", 50.0), ("cand", 55.0))):
+        runs[0].append({"type": "sample", "slot": 6 + pos, "arm": arm, "round": 3, "rep": 0,
+                        "valid": True, "workload": "decode 1K", "metrics": {"decode_tok_s": v}})
+        runs[0].append({"type": "slot", "slot": 6 + pos, "arm": arm, "round": 3,
+                        "position": pos, "status": "ok"})
     import shutil
 
     shutil.rmtree(runs[2].path)
@@ -226,3 +229,35 @@ def test_ls_shows_every_status(results: Path) -> None:
     assert " complete " in lines[0] and " interrupted " in lines[1]
     assert "failed (1 failed slot(s), 1 invalid sample(s))" in lines[2]
     assert "2026-11-02 09:00" in lines[1]
+
+
+def test_one_definition_of_comparable_in_report_compare_index_and_load_samples(
+        results: Path) -> None:
+    """Round 1's cand life failed after one sample, round 2 only ran base (interrupted):
+    every reader takes round 0 alone, as the run's report does."""
+    from abbench.report.compare import compare_table, run_table
+
+    run = make_run(results, 0, {"base": [100.0, 101.0, 102.0], "cand": [110.0, 111.0]})
+    lines = [json.loads(ln) for ln in run.samples_path.read_text().splitlines()]
+    for rec in lines:  # cand's round 1: measured a sample, then its server died
+        if rec["type"] == "slot" and rec["arm"] == "cand" and rec["round"] == 1:
+            rec.update(status="failed", reason="the server died")
+    run.samples_path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    other = make_run(results, 1, {"base": [100.0, 100.0, 100.0], "cand": [120.0, 121.0, 122.0]})
+
+    table = run_table(run)
+    assert {a: c.rounds for r in table.rows if r.metric == "decode_tok_s"
+            for a, c in r.cells.items()} == {"base": [0], "cand": [0]}
+    with open_index(results) as ix:
+        vals = [(v.run_id, v.arm, v.round) for v in ix.round_values("decode_tok_s")
+                if v.run_id == run.id]
+    assert sorted(vals) == [(run.id, "base", 0), (run.id, "cand", 0)]
+    df = load_samples(results)
+    mine = df[(df.run_id == run.id) & (df.metric == "decode_tok_s")]
+    assert sorted(mine[mine.comparable][["arm", "round"]].itertuples(index=False)) == \
+        [("base", 0), ("cand", 0)]
+    assert len(mine) == 5 and mine.comparable.sum() == 2  # every sample, marked
+    cmp = compare_table((run, "cand"), (other, "cand"))
+    cell_rounds = {a: c.rounds for r in cmp.rows if r.metric == "decode_tok_s"
+                   for a, c in r.cells.items()}
+    assert cell_rounds == {f"{run.id}:cand": [0], f"{other.id}:cand": [0, 1, 2]}

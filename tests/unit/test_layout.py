@@ -107,3 +107,17 @@ def test_builtin_entry_points_match_the_registry_table() -> None:
     conf = tomllib.loads((PKG.parent / "pyproject.toml").read_text())
     declared = conf["project"]["entry-points"]
     assert {g: declared[g] for g in registry.GROUPS} == registry.BUILTIN
+
+
+def test_one_http_client_every_call_to_a_server_goes_through_the_transport() -> None:
+    """Readiness, health, tokenize, completions, props, metrics and flushes: only
+    abbench/server/http.py imports an HTTP library."""
+    users = []
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n.split(".")[0] in ("requests", "urllib3", "http", "httpx", "aiohttp")
+                   for n in names):
+                users.append(str(path.relative_to(PKG)))
+    assert sorted(set(users)) == ["server/http.py"]

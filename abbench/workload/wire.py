@@ -1,0 +1,182 @@
+"""What servers answer, typed: the SSE completion chunk with its usage and timings,
+the non-streamed completion, the tokenize answer.
+
+Every answer is parsed here before anything reads it. Known fields are strict (a
+count is a JSON integer >= 0, a rate a finite number >= 0, a text a string); other
+fields pass through untouched, but no value anywhere may be NaN or infinite (they
+could not be stored). A malformed answer is a :class:`WireError` naming where it
+went wrong in one line: ``stream chunk 3: choices is a string``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from abbench.errors import RequestError, clip
+
+
+class WireError(RequestError):
+    """A server's answer does not have the shape abbench reads."""
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False, frozen=True)
+
+
+W = TypeVar("W", bound=_Wire)
+
+Count = Annotated[int, Field(ge=0)]
+Rate = Annotated[float, Field(ge=0)]
+
+
+class Usage(_Wire):
+    prompt_tokens: Count | None = None
+    completion_tokens: Count | None = None
+    total_tokens: Count | None = None
+
+
+class Timings(_Wire):
+    """llama.cpp's per-request timings."""
+
+    prompt_n: Count | None = None
+    prompt_ms: Rate | None = None
+    cache_n: Count | None = None
+    predicted_n: Count | None = None
+    predicted_ms: Rate | None = None
+    prompt_per_second: Rate | None = None
+    predicted_per_second: Rate | None = None
+
+
+class Delta(_Wire):
+    content: str | None = None
+
+
+class Message(_Wire):
+    content: str | None = None
+
+
+class Choice(_Wire):
+    index: Count | None = None
+    text: str | None = None
+    delta: Delta | None = None
+    message: Message | None = None
+    finish_reason: str | None = None
+    logprobs: Any = None
+
+
+class Chunk(_Wire):
+    """One ``data:`` event of a streamed completion."""
+
+    choices: list[Choice] | None = None
+    usage: Usage | None = None
+    timings: Timings | None = None
+    error: Any = None
+    meta_info: dict[str, Any] | None = None
+
+
+class Completion(_Wire):
+    """A non-streamed completion (greedy requests)."""
+
+    choices: Annotated[list[Choice], Field(min_length=1)]
+    usage: Usage | None = None
+
+
+class TokenPiece(_Wire):
+    id: Count
+
+
+class Tokenized(_Wire):
+    tokens: list[Count | TokenPiece]
+
+    def ids(self) -> list[int]:
+        return [t if isinstance(t, int) else t.id for t in self.tokens]
+
+
+class Props(_Wire):
+    """What a server says about itself (llama.cpp /props): any object of finite values."""
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def _what(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "infinite"
+    if isinstance(value, (int, float)):
+        return f"a number ({clip(value, 40)})"
+    if isinstance(value, str):
+        return f"a string ({clip(repr(value), 40)})"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _loc(parts: tuple[Any, ...]) -> str:
+    out = ""
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        elif isinstance(p, str) and p not in ("int", "constrained-int", "TokenPiece"):
+            out += f".{p}" if out else p
+    return out or "the answer"
+
+
+def _problem(e: ValidationError) -> str:
+    """The first problem of a validation error, in words."""
+    err = e.errors()[0]
+    where, value, kind = _loc(err["loc"]), err.get("input"), err["type"]
+    if kind in ("greater_than_equal", "too_short"):
+        return f"{where} is {clip(json.dumps(value), 40)}: {err['msg'].lower()}"
+    if kind == "missing":
+        return f"{where} is missing"
+    return f"{where} is {_what(value)}"
+
+
+def _nonfinite(obj: Any, path: str = "") -> tuple[str, float] | None:
+    """The path and value of the first NaN or infinite number in ``obj``, or None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return path or "the answer", obj
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            found = _nonfinite(v, f"{path}.{k}" if path else str(k))
+            if found:
+                return found
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            found = _nonfinite(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def parse(model: type[W], raw: bytes, what: str) -> W:
+    """``raw`` JSON as ``model``; a :class:`WireError` ``what: problem`` otherwise."""
+    try:
+        obj = model.model_validate_json(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        if err["type"] == "json_invalid":
+            raise WireError(f"{what}: not JSON: {clip(repr(raw[:80]), 100)}") from None
+        if err["type"] == "model_type":
+            raise WireError(f"{what} is {_what(err.get('input'))}, not an object") from None
+        raise WireError(f"{what}: {_problem(e)}") from None
+    if b"NaN" in raw or b"Infinity" in raw:
+        bad = _nonfinite(obj.model_dump())  # in a field abbench does not read itself
+        if bad is not None:
+            raise WireError(f"{what}: {clip(bad[0], 80)} is {_what(bad[1])}")
+    return obj
+
+
+def dump(obj: _Wire | None) -> dict[str, Any]:
+    """A parsed part as the plain data the server sent (unknown fields included)."""
+    return {} if obj is None else obj.model_dump(exclude_unset=True)
