@@ -13,6 +13,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -127,6 +128,9 @@ class Campaign:
     def preflight(self) -> None:
         """Every check that needs no server: fail with exit 2 before starting any."""
         for arm in self.arms.values():
+            if arm.git is not None and arm.built is None:
+                raise ConfigError(f"arm {arm.name} is a git arm that was not built",
+                                  hint="abbench run builds it first; this is a bug")
             check_arm(self.cfg, arm, strict_exec=True)
 
     def create_run(self, schedule: list[Slot], seed: int) -> Run:
@@ -150,7 +154,20 @@ class Campaign:
             "servers": {},
             "pid": os.getpid(),
         }
-        return Run.create(self.opts.results, meta, config_for_storage(self.cfg))
+        run = Run.create(self.opts.results, meta, config_for_storage(self.cfg))
+        self.copy_build_logs(run)
+        return run
+
+    def copy_build_logs(self, run: Run) -> None:
+        """Each git arm's build log, as ``logs/build-<arm>.log`` in the run folder."""
+        for arm in self.arms.values():
+            if arm.built and arm.built.get("log"):
+                dest = run.path / "logs" / f"build-{arm.name}.log"
+                try:
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(arm.built["log"], dest)
+                except OSError as e:
+                    self.progress.log(f"warning: build log of {arm.name} not copied: {e}")
 
     # ----------------------------------------------------------- running
     def execute(self, resume: Resumption | None = None) -> RunOutcome:
@@ -360,6 +377,10 @@ def arm_meta(a: ResolvedArm) -> dict[str, Any]:
         out["cpus"] = format_cpus(a.cpus)
     if a.nice is not None:
         out["nice"] = a.nice
+    if a.git is not None:  # the pinned commit and patch set: --resume builds these
+        out["git"] = {"source": a.git.source, "ref": a.git.ref, "sha": a.git.sha,
+                      "patch": [list(p) for p in a.git.patch or []],
+                      "describe": a.git.describe()}
     return out
 
 
