@@ -12,7 +12,8 @@ from tests.gitkit import git_arms, rate_repo
 ENV_KEYS = {"ABBENCH_CCACHE": "0"}
 
 
-def _bisect(tmp_path: Path, rates: list[float]) -> tuple[list[str], subprocess.CompletedProcess[str]]:
+def _bisect(tmp_path: Path,
+            rates: list[float]) -> tuple[list[str], subprocess.CompletedProcess[str]]:
     shas = rate_repo(tmp_path / "repo", rates)
     arms = git_arms(tmp_path / "arms.yaml", tmp_path / "repo", {"pr": {"ref": "main"}, "x": {
         "ref": "main"}}, rounds=2)
