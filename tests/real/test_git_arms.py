@@ -32,7 +32,7 @@ def test_git_refs_yaml_build_then_run(tmp_path: Path) -> None:
     rates: dict[str, list[float]] = {}
     for line in (run / "samples.jsonl").read_text().splitlines():
         r = json.loads(line)
-        if r.get("type") == "sample" and r.get("metric") == "decode_tok_s":
-            rates.setdefault(r["arm"], []).append(r["value"])
+        if r.get("type") == "sample" and "decode_tok_s" in r.get("metrics", {}):
+            rates.setdefault(r["arm"], []).append(r["metrics"]["decode_tok_s"])
     assert max(rates["slow"]) < min(rates["base"]), rates
     assert (run / "logs" / "build-slow.log").is_file()

@@ -45,10 +45,9 @@ def test_build_run_cache_and_pins(tmp_path: Path, env: dict[str, str]) -> None:
     rec = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
     rates: dict[str, list[float]] = {}
     for r in rec:
-        if r.get("type") == "sample" and r.get("metric") == "decode_tok_s":
-            rates.setdefault(r["arm"], []).append(r["value"])
-    if rates:
-        assert min(rates["base"]) > max(rates["pr"])
+        if r.get("type") == "sample" and "decode_tok_s" in r.get("metrics", {}):
+            rates.setdefault(r["arm"], []).append(r["metrics"]["decode_tok_s"])
+    assert min(rates["base"]) > max(rates["pr"]), rates
 
 
 def test_errors(tmp_path: Path, env: dict[str, str]) -> None:
