@@ -238,6 +238,73 @@ def diff(
                          prompt=prompt, round_=round_, warm=warm, width=width)
 
 
+@app.command()
+@command
+def build(
+    arms_file: Annotated[Path, typer.Argument(help="the arms file (YAML)")],
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="parallel build "
+                                             "jobs (default: $ABBENCH_JOBS or the CPUs)")]
+    = None,
+) -> Output:
+    """Build every git arm of an arms file (or find it in the build cache).
+
+    Example: abbench build arms/git-refs.yaml
+    """
+    return commands.build(arms_file, jobs=jobs)
+
+
+@app.command()
+@command
+def bisect(
+    arms_file: Annotated[Path, typer.Argument(help="an arms file with a git arm")],
+    good: Annotated[str, typer.Option("--good", help="a ref where the row is as before")],
+    bad: Annotated[str, typer.Option("--bad", help="a ref where the row has moved")],
+    row: Annotated[str, typer.Option("--row", help="the row, e.g. 'decode 32K'")],
+    metric: Annotated[str, typer.Option("--metric", help="the metric")] = "decode_tok_s",
+    max_steps: Annotated[int | None, typer.Option("--max-steps", min=1)] = None,
+    until_ci: UntilCiOpt = None,
+    results: ResultsOpt = None,
+    live: Annotated[bool | None, typer.Option("--live/--plain")] = None,
+) -> Output:
+    """Find the commit between --good and --bad that moved a row (one stored run a step).
+
+    Example: abbench bisect arms/git-refs.yaml --good base --bad slow --row "decode 1K"
+    """
+    return commands.bisect(arms_file, good=good, bad=bad, row=row, metric=metric,
+                           max_steps=max_steps, results=results, live=live, until_ci=until_ci)
+
+
+builds_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                         help="The build cache ($ABBENCH_CACHE, default ~/.cache/abbench).")
+app.add_typer(builds_app, name="builds")
+
+
+@builds_app.command("ls")
+@command
+def builds_ls() -> Output:
+    """List cached builds: source, ref, commit, size, created, last used.
+
+    Example: abbench builds ls
+    """
+    return commands.builds_ls()
+
+
+@builds_app.command("gc")
+@command
+def builds_gc(
+    keep_days: Annotated[float | None, typer.Option("--keep-days", min=0, help="remove "
+                                                    "builds unused for this many days")] = None,
+    max_gib: Annotated[float | None, typer.Option("--max-gib", min=0, help="then the least "
+                                                  "recently used until the rest fits")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only say what would go")] = False,
+) -> Output:
+    """Remove failed builds, and old ones by --keep-days / --max-gib.
+
+    Example: abbench builds gc --keep-days 30
+    """
+    return commands.builds_gc(keep_days=keep_days, max_gib=max_gib, dry_run=dry_run)
+
+
 def main() -> None:
     try:
         app()

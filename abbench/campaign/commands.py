@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from abbench.campaign.bisect import bisect as run_bisect
 from abbench.campaign.calibrate import calibrate
 from abbench.campaign.preflight import check_config
 from abbench.campaign.progress import make_progress
@@ -42,6 +43,8 @@ from abbench.report.compare import Format, compare_table, parse_run_arm, render,
 from abbench.report.plan import describe_plan
 from abbench.report.quality_text import diff_text
 from abbench.report.table import build_table
+from abbench.server.build import gc, list_builds, render_builds
+from abbench.server.gitarms import build_arms, describe_pins, pin
 from abbench.store.index import open_index
 from abbench.store.run import Run, open_run
 
@@ -91,6 +94,7 @@ def run(arms_file: Path | None, *, rounds: int | None, seed: int | None,
         raise ConfigError("no arms file", hint="abbench run ARMS_FILE, or abbench run "
                           "--resume RUN to continue a run")
     cfg = with_stats(load_config(arms_file), until_ci=until_ci, max_rounds=max_rounds)
+    cfg, _ = build_arms(pin(cfg), log=progress.log)  # every build before any server starts
     opts = RunOptions(results=results or Path(cfg.results), rounds=rounds, seed=seed,
                       config_path=str(arms_file))
     return _ran(Campaign(cfg, opts, progress=progress).execute())
@@ -101,11 +105,12 @@ def validate(arms_files: list[Path], *, rounds: int | None, seed: int | None) ->
     out = Output()
     for path in arms_files:
         try:
-            checked = check_config(load_config(path), strict_exec=False)  # as run checks
+            checked = check_config(pin(load_config(path)), strict_exec=False)  # as run checks
             schedule, drawn = plan(checked.cfg, rounds=rounds, seed=seed)
             out.stdout += describe_plan(checked.cfg, schedule, drawn, rounds=rounds,
                                         warnings=checked.warnings,
                                         sets=checked.set_sources()) + "\n"
+            out.stdout += describe_pins(checked.cfg)
         except AbbenchError as e:
             out.stderr.append(f"Error: {e}")
             out.code = max(out.code, e.exit_code)
@@ -206,3 +211,39 @@ def diff(run_ref: str, results: Path, *, set_name: str, arms: list[str], prompt:
     return Output(diff_text(run_.records(), run_.meta(), set_name=set_name, arms=arms,
                             prompt=prompt, pass_="warm" if warm else "cold", round_=round_,
                             width=width))
+
+
+def build(arms_file: Path, *, jobs: int | None) -> Output:
+    """``abbench build``: build (or find in the cache) every git arm of an arms file."""
+    out = Output()
+    cfg = pin(load_config(arms_file))
+    _, built = build_arms(cfg, jobs=jobs, log=out.stderr.append)
+    rows = [f"{name}: {b.source} {b.ref[:12]} -> {'cache hit' if b.cached else 'built'} in "
+            f"{b.seconds:.1f} s, {b.dir}" for name, b in built.items()]
+    out.stdout = "\n".join(rows) + "\n" if rows else "no git arms: nothing to build\n"
+    out.stderr = []
+    return out
+
+
+def builds_ls() -> Output:
+    """``abbench builds ls``: the build cache, most recently used first."""
+    return Output(render_builds(list_builds()) + "\n")
+
+
+def builds_gc(*, keep_days: float | None, max_gib: float | None, dry_run: bool) -> Output:
+    """``abbench builds gc``: remove failed builds, and old ones beyond the limits."""
+    removed = gc(keep_days=keep_days, dry_run=dry_run,
+                 max_bytes=None if max_gib is None else int(max_gib * 1024 ** 3))
+    verb = "would remove" if dry_run else "removed"
+    lines = [f"{verb} {e.path} ({e.size_bytes / 1024 ** 2:.1f} MiB)" for e in removed]
+    return Output("\n".join([*lines, f"{verb} {len(removed)} build(s)"]) + "\n")
+
+
+def bisect(arms_file: Path, *, good: str, bad: str, row: str, metric: str,
+           max_steps: int | None, results: Path | None, live: bool | None,
+           until_ci: str | None) -> Output:
+    """``abbench bisect``: the commit between --good and --bad that moved a row."""
+    res = run_bisect(arms_file, good=good, bad=bad, row=row, metric=metric,
+                     max_steps=max_steps, results=results, progress=make_progress(live),
+                     until_ci=until_ci)
+    return Output(res.text, [], res.code)

@@ -19,6 +19,7 @@ from abbench.campaign.runner import Campaign, Resumption, RunOptions, RunOutcome
 from abbench.config.schema import load_config
 from abbench.errors import ConfigError
 from abbench.model.rounds import plan_resume
+from abbench.server.gitarms import build_arms, pin, pins_of
 from abbench.store.run import open_run
 
 
@@ -48,7 +49,8 @@ def resume_run(ref: str, results: Path, *, progress: Progress | None = None) -> 
     if not Path(config_path).is_file():
         raise ConfigError(f"the run's arms file {config_path} is gone", where=where,
                           hint="put it back where it was (unchanged), then resume again")
-    cfg = load_config(config_path)
+    cfg, _ = build_arms(pin(load_config(config_path), pins_of(meta)),
+                        log=progress.log if progress is not None else None)
     digest = config_digest(cfg)
     if digest != meta.get("config_digest"):
         raise ConfigError(

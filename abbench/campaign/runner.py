@@ -13,6 +13,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import shutil
 import threading
 import time
 import traceback
@@ -120,6 +121,10 @@ class Campaign:
         self.tasks = tasks if tasks is not None else checked.tasks
         self.warnings = checked.warnings
         self.arms = {a.name: a for a in cfg.resolved_arms()}
+        for arm in self.arms.values():
+            if arm.git is not None and arm.built is None:
+                raise ConfigError(f"arm {arm.name} is a git arm that was not built",
+                                  hint="abbench run builds it first; this is a bug")
         self.stop_event = threading.Event()
         self.timing = Timing()
         self.run: Run | None = None
@@ -148,7 +153,20 @@ class Campaign:
             "warnings": self.warnings,
             "pid": os.getpid(),
         }
-        return Run.create(self.opts.results, meta, config_for_storage(self.cfg))
+        run = Run.create(self.opts.results, meta, config_for_storage(self.cfg))
+        self.copy_build_logs(run)
+        return run
+
+    def copy_build_logs(self, run: Run) -> None:
+        """Each git arm's build log, as ``logs/build-<arm>.log`` in the run folder."""
+        for arm in self.arms.values():
+            if arm.built and arm.built.get("log"):
+                dest = run.path / "logs" / f"build-{arm.name}.log"
+                try:
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(arm.built["log"], dest)
+                except OSError as e:
+                    self.progress.log(f"warning: build log of {arm.name} not copied: {e}")
 
     # ----------------------------------------------------------- running
     def execute(self, resume: Resumption | None = None) -> RunOutcome:
@@ -405,6 +423,10 @@ def arm_meta(a: ResolvedArm) -> dict[str, Any]:
         out["cpus"] = format_cpus(a.cpus)
     if a.nice is not None:
         out["nice"] = a.nice
+    if a.git is not None:  # the pinned commit and patch set: --resume builds these
+        out["git"] = {"source": a.git.source, "ref": a.git.ref, "sha": a.git.sha,
+                      "patch": [list(p) for p in a.git.patch or []],
+                      "describe": a.git.describe()}
     return out
 
 

@@ -273,10 +273,89 @@ class ServerSpec(_Frozen):
         return v
 
 
+BuildStep = str | list[str]
+
+
+class SourceConfig(_Frozen):
+    """``sources: NAME: {repo, build, artifacts}``: a repository and how to build it
+    (:class:`abbench.server.build.Source`)."""
+
+    repo: str = Field(description="a local path (relative to the arms file) or a URL")
+    build: str | list[BuildStep] = Field(
+        description="one shell string, or a list of steps, each a shell string or an argv "
+        "list; placeholders {src}, {build}, {jobs}, {ccache}")
+    artifacts: list[str] | dict[str, str] = Field(
+        description="paths under {build} the arms use, e.g. [bin/llama-server]; the first "
+        "is {bin}")
+    env: dict[str, str] = Field(default_factory=dict, description="extra build environment")
+    prune: bool = Field(False, description="keep only the artifacts after a build")
+
+    @property
+    def steps(self) -> list[BuildStep]:
+        return [self.build] if isinstance(self.build, str) else list(self.build)
+
+
+class GitSpec(_Frozen):
+    """``git: {source, ref, revert, cherry_pick}``: an arm built from a commit.
+    ``sha`` and ``patch`` are the resolved ids (set at plan time and pinned in
+    run.json, never written by hand)."""
+
+    source: str
+    ref: str = Field(min_length=1)
+    revert: list[str] = Field(default_factory=list)
+    cherry_pick: list[str] = Field(default_factory=list)
+    sha: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    patch: list[tuple[str, str]] | None = None
+
+    @field_validator("ref", mode="before")
+    @classmethod
+    def _ref_as_str(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @field_validator("revert", "cherry_pick", mode="before")
+    @classmethod
+    def _refs_as_str(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [str(x) if isinstance(x, int) and not isinstance(x, bool) else x for x in v]
+        return v
+
+    def describe(self) -> str:
+        """``master -abc1234 +def5678`` (resolved ids, 7 digits, once pinned)."""
+        if self.sha is None:
+            return " ".join([self.ref, *(f"-{r}" for r in self.revert),
+                             *(f"+{c}" for c in self.cherry_pick)])
+        marks = {"revert": "-", "cherry-pick": "+"}
+        return " ".join([f"{self.ref} {self.sha[:7]}",
+                         *(marks[op] + s[:7] for op, s in self.patch or [])])
+
+
+class LeaveOneOut(_Frozen):
+    arm: str = Field(description="the candidate arm (a git arm)")
+    commits: list[str] = Field(min_length=1, description="commits to revert, one arm each")
+
+    @field_validator("commits", mode="before")
+    @classmethod
+    def _refs_as_str(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [str(x) if isinstance(x, int) and not isinstance(x, bool) else x for x in v]
+        return v
+
+
+class Variants(_Frozen):
+    leave_one_out: LeaveOneOut | None = None
+
+
 class ArmConfig(ServerSpec):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=64)
     label: str | None = Field(None, description="column head, e.g. 'prod ecb52158'")
     commit: str | None = Field(None, description="commit id of the build, shown in ls/history")
+    git: GitSpec | None = Field(None, description="build the arm from a commit of a source: "
+                                "{source, ref, revert: [..], cherry_pick: [..]}")
+    #: the built arm's placeholders ({bin}, {build}, {src}) and its build log; set by
+    #: the build before a run, never stored nor part of the config digest
+    built: dict[str, str] | None = Field(None, exclude=True)
+    #: for a leave-one-out variant: the candidate arm and the commit it reverts
+    variant_of: tuple[str, str] | None = None
 
 
 class PromptSource(_Frozen):
@@ -358,6 +437,12 @@ class Config(_Frozen):
         default_factory=list, description="extra metrics: vram, rss, prometheus, "
         "response_field, log_regex, drift, flush (abbench/config/collectors.py)")
 
+    sources: dict[str, SourceConfig] = Field(
+        default_factory=dict, description="git repositories and build recipes that arms "
+        "with git: build from")
+    variants: Variants | None = Field(None, description="arms generated from another: "
+                                      "leave_one_out: {arm, commits}")
+
     quality: QualityConfig | None = Field(None, description="quality checks (abbench/quality)")
     fingerprints: FingerprintConfig | None = Field(
         None, description="greedy-output fingerprints of prompt sets (abbench/quality)")
@@ -414,6 +499,20 @@ class Config(_Frozen):
     @model_validator(mode="after")
     def _check_arms(self) -> Config:
         names = [a.name for a in self.arms]
+        for i, a in enumerate(self.arms):
+            if a.git is not None and a.git.source not in self.sources:
+                raise PydanticCustomError(
+                    "git_source", "arms[{i}] ({arm}): git.source {src} is not under "
+                    "sources: ({known})", {"i": i, "arm": a.name, "src": repr(a.git.source),
+                                           "known": ", ".join(self.sources) or "none"})
+        loo = self.variants.leave_one_out if self.variants else None
+        if loo is not None:
+            cand = next((a for a in self.arms if a.name == loo.arm), None)
+            if cand is None or cand.git is None:
+                raise PydanticCustomError(
+                    "variants", "variants.leave_one_out.arm {arm} is not a git arm; git "
+                    "arms: {known}", {"arm": repr(loo.arm), "known": ", ".join(
+                        a.name for a in self.arms if a.git) or "none"})
         if self.baseline is not None and self.baseline not in names:
             raise PydanticCustomError(
                 "baseline", "baseline {baseline} is not an arm; arms: {arms}",
@@ -470,6 +569,10 @@ class ResolvedArm(_Frozen):
     #: CPU ids the server is pinned to, and its niceness increment (None: as abbench's)
     cpus: list[int] | None = None
     nice: int | None = None
+    #: the git arm's source, ref and resolved ids; None for a fixed binary
+    git: GitSpec | None = None
+    #: {bin}, {build}, {src} of a built git arm (not stored)
+    built: dict[str, str] | None = Field(None, exclude=True)
 
     def command(self, placeholders: Mapping[str, str]) -> list[str]:
         """The argv to execute, with placeholders substituted into each item."""
@@ -479,6 +582,8 @@ class ResolvedArm(_Frozen):
                 self.argv]
 
 
+#: what a built git arm adds to its start's placeholders
+GIT_PLACEHOLDERS = ("bin", "build", "src")
 _BUILTIN_PLACEHOLDERS = ("port", "host", "arm", "round", "base_url")
 
 
@@ -536,8 +641,9 @@ def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
     with_overrides(preset, preset_fields, where=f"{where}.preset_fields")  # fail early
     return ResolvedArm(
         name=arm.name,
-        label=arm.label or arm.name,
-        commit=arm.commit,
+        label=arm.label or (f"{arm.name} {arm.git.sha[:7]}" if arm.git and arm.git.sha
+                            else arm.name),
+        commit=arm.commit or (arm.git.sha if arm.git else None),
         preset=preset_name,
         argv=argv,
         shell=shell,
@@ -555,6 +661,8 @@ def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
         preset_fields=preset_fields,
         cpus=pick("cpus"),
         nice=pick("nice"),
+        git=arm.git,
+        built=arm.built,
     )
 
 
@@ -593,6 +701,8 @@ def check_arm(cfg: Config, arm: ResolvedArm, *, strict_exec: bool) -> list[str]:
                           hint="add e.g. --port '{port}' so the server listens where abbench "
                                "looks, or set port: to a fixed number")
     prog = argv[0]
+    if arm.git is not None and arm.built is None:
+        return warnings  # built later: abbench build / run check the artifacts
     if "/" in prog:
         p = Path(prog)
         if not p.is_absolute():
@@ -690,6 +800,9 @@ def placeholder_values(cfg: Config, arm: ResolvedArm, *, port: int, round_: int)
     values = dict(cfg.vars)
     values.update(port=str(port), host=arm.host, arm=arm.name, round=str(round_),
                   base_url=f"http://{arm.host}:{port}")
+    if arm.git is not None:  # before the build: stand-ins, for the syntax check
+        built = arm.built or {k: f"/unbuilt/{k}" for k in GIT_PLACEHOLDERS}
+        values.update({k: built[k] for k in GIT_PLACEHOLDERS})
     return values
 
 
@@ -851,6 +964,8 @@ _HINTS = {
     "plan_size": "split the campaign over several runs",
     "too_long": "split the arms over several files",
     "start_mapping": "quote placeholders in start: lists: '{port}'",
+    "git_source": "name a source of sources:, or add it there (repo, build, artifacts)",
+    "variants": "name an arm that has git: {source, ref}",
 }
 
 # pydantic names the member of a union that failed ("int", "literal['auto']"):
@@ -886,6 +1001,8 @@ def _config_error(e: ValidationError, source: str,
             or (i >= 2 and raw[i - 2] == "collectors" and isinstance(raw[i - 1], int)))))
         if err["type"] == "baseline":
             loc = ("baseline",)
+        if err["type"] in ("git_source", "variants"):
+            loc = ("arms",) if err["type"] == "git_source" else ("variants",)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown key {clip_repr(loc[-1], 60)}"
@@ -1002,10 +1119,12 @@ def config_for_storage(cfg: Config) -> dict[str, Any]:
     if "env" in data.get("defaults", {}):
         data["defaults"]["env"] = redact_env(data["defaults"]["env"])
     data["vars"] = redact_env(data.get("vars", {}))
+    if not data.get("sources"):  # the digest of a file without git arms is unchanged
+        data.pop("sources", None)
     # cpus/nice only when set: the stored config (and its digest, which resume checks)
     # of an arms file without them is what it was before they existed
     data["resolved_arms"] = [
-        {**a.model_dump(mode="json", exclude={k for k in ("cpus", "nice")
+        {**a.model_dump(mode="json", exclude={k for k in ("cpus", "nice", "git")
                                               if getattr(a, k) is None}),
          "env": redact_env(a.env)} for a in cfg.resolved_arms()
     ]

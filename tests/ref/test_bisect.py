@@ -1,0 +1,45 @@
+"""abbench bisect against the reference server: commits that change its decode rate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.faultkit import cli
+from tests.gitkit import git_arms, rate_repo
+
+ENV_KEYS = {"ABBENCH_CCACHE": "0"}
+
+
+def _bisect(tmp_path: Path,
+            rates: list[float]) -> tuple[list[str], subprocess.CompletedProcess[str]]:
+    shas = rate_repo(tmp_path / "repo", rates)
+    arms = git_arms(tmp_path / "arms.yaml", tmp_path / "repo", {"pr": {"ref": "main"}, "x": {
+        "ref": "main"}}, rounds=2)
+    env = {**ENV_KEYS, "ABBENCH_CACHE": str(tmp_path / "cache")}
+    p = cli("bisect", arms, "--good", "good", "--bad", "bad", "--row", "decode 64",
+            "--until-ci", "20%", "--results", tmp_path / "results", "--plain", env=env,
+            timeout=600)
+    return shas, p
+
+
+def test_bisect_finds_the_planted_commit_in_3_steps(tmp_path: Path) -> None:
+    rates = [400.0] * 6 + [100.0] * 3  # good + 8 commits; the 6th quarters the rate
+    shas, p = _bisect(tmp_path, rates)
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert f"Culprit: {shas[6]}" in p.stdout, p.stdout
+    state = json.loads(next((tmp_path / "results").glob("bisect-*.json")).read_text())
+    assert len(state["steps"]) <= 3
+    # resumable: the same command again runs nothing and says the same
+    again = cli("bisect", tmp_path / "arms.yaml", "--good", "good", "--bad", "bad",
+                             "--row", "decode 64", "--results", tmp_path / "results",
+                             "--plain", env={**ENV_KEYS, "ABBENCH_CACHE": str(tmp_path / "cache")})
+    assert f"Culprit: {shas[6]}" in again.stdout and "continuing" in again.stderr
+
+
+def test_bisect_no_single_culprit(tmp_path: Path) -> None:
+    rates = [400.0] * 3 + [200.0] * 3 + [100.0] * 3  # two half-steps
+    _, p = _bisect(tmp_path, rates)
+    assert p.returncode == 1
+    assert "no single culprit" in p.stdout, p.stdout
