@@ -119,7 +119,8 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
             invalid[rec["arm"]] += 1
     failed = [r for r in records if r.get("type") == "slot" and r.get("status") == "failed"]
     table = Table(run_id=meta["id"], arms=arms, labels=labels, baseline=base, rows=shown,
-                  hidden=[r for r in every if id(r) not in picked], header=_header(meta),
+                  hidden=[r for r in every if id(r) not in picked],
+                  header="\n".join(x for x in (_header(meta), _builds(meta)) if x),
                   failed_slots=failed, invalid=dict(invalid))
     table.footer = _footer(records, meta)
     table.notes += collector_notes(records)  # unavailable metrics, drift signals
@@ -223,6 +224,23 @@ def _header(meta: dict[str, Any]) -> str:
     reps = meta.get("reps", 1)
     return (f"abbench run `{meta['id']}`: {rounds} rounds x {reps} rep(s), order {order}"
             f"{seed_s}, on {machine} ({env.get('host', '?')})")
+
+
+def _builds(meta: dict[str, Any]) -> str:
+    """``Builds: prod = llama.cpp c4436572 (base); pr = llama.cpp b6ed0fc9 (slow),
+    reverting ea7f3bf3``: the commit and patch set each git arm was built from."""
+    parts = []
+    for a in meta.get("arms") or []:
+        g = a.get("git") if isinstance(a, dict) else None
+        if not isinstance(g, dict) or not g.get("sha"):
+            continue
+        text = f"{a['name']} = {g.get('source', '?')} {str(g['sha'])[:8]}"
+        if g.get("ref") and not str(g["sha"]).startswith(str(g["ref"])):
+            text += f" ({g['ref']})"
+        patch = [f"{'reverting' if op == 'revert' else 'with'} {str(sha)[:8]}"
+                 for op, sha in (g.get("patch") or []) if isinstance(sha, str)]
+        parts.append(text + (", " + ", ".join(patch) if patch else ""))
+    return "Builds: " + "; ".join(parts) + "." if parts else ""
 
 
 def timing_agreement(records: list[dict[str, Any]]) -> tuple[float, int] | None:

@@ -77,3 +77,17 @@ def test_baseline_override_moves_the_column():
     assert "(-9.1%, exact) ▼" in render_markdown(table)  # every round the same: exact
 
 
+
+
+def test_header_names_each_git_arms_commit_and_patch_set():
+    meta = {**META, "arms": [
+        {"name": "prod", "label": "prod", "git": {"source": "llama.cpp", "ref": "base",
+                                                 "sha": "c4436572" + "0" * 32, "patch": []}},
+        {"name": "pr", "label": "this PR", "git": {
+            "source": "llama.cpp", "ref": "slow", "sha": "b6ed0fc9" + "1" * 32,
+            "patch": [["revert", "ea7f3bf3" + "2" * 32]]}}]}
+    recs = records({"prod": [[10.0], [10.0]], "pr": [[11.0], [11.0]]})
+    header = build_table(recs, meta).header
+    assert header.splitlines()[1] == ("Builds: prod = llama.cpp c4436572 (base); pr = llama.cpp "
+                                      "b6ed0fc9 (slow), reverting ea7f3bf3.")
+    assert len(build_table(recs, META).header.splitlines()) == 1  # no git arms: one line
