@@ -127,7 +127,47 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
     table.notes += run_notes(meta)  # how --until-ci chose the rounds
     table.notes += side_call_notes(records, meta)
     table.quality = quality.summarize(records, arms, base, alpha=settings.alpha)
+    table.notes += variant_notes(table, meta)
     return table
+
+
+def variant_notes(table: Table, meta: dict[str, Any]) -> list[str]:
+    """Per leave-one-out arm (a git arm whose patch set reverts commits from another
+    arm's), which of the candidate's changed rows move back to the baseline without
+    that commit, and whether its greedy fingerprints equal the baseline's."""
+    gits = {a["name"]: a["git"] for a in meta.get("arms") or []
+            if isinstance(a, dict) and isinstance(a.get("git"), dict)}
+    out = []
+    for name, g in gits.items():
+        reverted = [sha for op, sha in g.get("patch") or [] if op == "revert"]
+        cands = [c for c, h in gits.items() if c != name and h.get("sha") == g.get("sha")
+                 and len(h.get("patch") or []) < len(g.get("patch") or [])]
+        if not reverted or not cands or name == table.baseline:
+            continue
+        cand = cands[0]
+        back, still = [], []
+        for row in table.rows:
+            c = row.cells.get(cand)
+            v = row.cells.get(name)
+            if c is None or v is None or c.comparison is None or v.comparison is None \
+                    or c.comparison.verdict != "changed":
+                continue
+            (back if v.comparison.verdict == "within_noise" else still).append(row.label)
+        same = []
+        for s in table.quality.sets if table.quality else []:
+            for comp in s.comparisons:
+                if comp.arm == name:
+                    same.append(f"{s.name} {'equal to' if not comp.diffs else 'unlike'} the "
+                                f"baseline's ({len(comp.diffs)} of {comp.compared} differ)")
+        label = table.labels.get(name, name)
+        commits = ", ".join(str(x)[:8] for x in reverted)
+        text = (f"Without {commits} ({label}): "
+                + (f"back at the baseline: {', '.join(back)}" if back
+                   else "no changed row of the candidate moves back to the baseline")
+                + (f"; still changed: {', '.join(still)}" if still else "")
+                + (f"; greedy fingerprints: {'; '.join(same)}" if same else "") + ".")
+        out.append(text)
+    return out
 
 
 MISSES = "misses_per_token"  # the preferred misses/token source; others are its variants

@@ -91,3 +91,16 @@ def test_header_names_each_git_arms_commit_and_patch_set():
     assert header.splitlines()[1] == ("Builds: prod = llama.cpp c4436572 (base); pr = llama.cpp "
                                       "b6ed0fc9 (slow), reverting ea7f3bf3.")
     assert len(build_table(recs, META).header.splitlines()) == 1  # no git arms: one line
+
+
+def test_a_leave_one_out_arm_says_which_rows_move_back():
+    sha = "b6ed0fc9" + "1" * 32
+    meta = {**META, "arms": [
+        {"name": "prod", "label": "prod", "git": {"source": "s", "sha": "c" * 40, "patch": []}},
+        {"name": "pr", "label": "this PR", "git": {"source": "s", "sha": sha, "patch": []}},
+        {"name": "pr-no-x", "label": "pr without x",
+         "git": {"source": "s", "sha": sha, "patch": [["revert", "ea7f3bf3" + "2" * 32]]}}]}
+    recs = records({"prod": [[10.0], [10.0], [10.0]], "pr": [[12.0], [12.1], [12.05]],
+                    "pr-no-x": [[10.0], [10.01], [10.0]]})
+    notes = build_table(recs, meta).notes
+    assert "Without ea7f3bf3 (pr without x): back at the baseline: decode 32K (tok/s)." in notes
