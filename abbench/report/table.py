@@ -145,7 +145,8 @@ def variant_notes(table: Table, meta: dict[str, Any]) -> list[str]:
         if not reverted or not cands or name == table.baseline:
             continue
         cand = cands[0]
-        back, still = [], []
+        back: list[str] = []
+        still: list[str] = []
         for row in table.rows:
             c = row.cells.get(cand)
             v = row.cells.get(name)
