@@ -141,6 +141,10 @@ def parse_sse(chunks: Iterator[bytes], result: StreamResult, clock=time.perf_cou
                 result.timings = obj["timings"]
             if "meta_info" in obj:
                 result.extra["meta_info"] = obj["meta_info"]
+            if obj.get("metrics"):  # vLLM --enable-per-request-metrics, on the usage chunk
+                result.extra["server_metrics"] = obj["metrics"]
+            if obj.get("system_fingerprint"):
+                result.extra["system_fingerprint"] = obj["system_fingerprint"]
     result.text = "".join(texts)
     if result.t_end is None:
         result.t_end = clock()
@@ -361,6 +365,10 @@ def measure(result: StreamResult, *, prompt_len: int, decode_tokens: int) -> Dec
         metrics["server_decode_tok_s"] = float(t["predicted_per_second"])
     if t.get("prompt_per_second"):
         metrics["server_prefill_tok_s"] = float(t["prompt_per_second"])
+    gen_ms = (result.extra.get("server_metrics") or {}).get("generation_time_ms")
+    if "server_decode_tok_s" not in metrics and gen_ms and ct and ct > 1:
+        # vLLM: generation_time_ms = last token - first token, the client's own interval
+        metrics["server_decode_tok_s"] = (ct - 1) / (float(gen_ms) / 1e3)
     detail = {
         "prompt_tokens": pt,
         "completion_tokens": ct,
@@ -400,7 +408,8 @@ def run_decode(client: Client, prompts: PromptMaker, workload: Workload, context
             rec: dict[str, Any] = {
                 "i": i, "ok": True, "latency_ms": (time.perf_counter() - t0) * 1e3,
                 "ttft_ms": None if r.ttft is None else r.ttft * 1e3,
-                "completion_tokens": r.completion_tokens}
+                "completion_tokens": r.completion_tokens, "prompt_tokens": r.prompt_tokens,
+                "usage": r.usage or None, "timings": r.timings or None}
         except RequestError as e:
             rec = {"i": i, "ok": False, "error": e.message,
                    "latency_ms": (time.perf_counter() - t0) * 1e3}
