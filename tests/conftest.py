@@ -82,8 +82,12 @@ def no_process_left(pattern: str) -> bool:
 REAL_DIR = Path(__file__).resolve().parent / "real"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The ``real`` marker, by folder: every test under tests/real/."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The ``real`` marker, by folder: every test under tests/real/. ``sglang`` tests
+    run only when asked for (``-m sglang``): SGLang on 2 cores takes tens of minutes."""
+    asked = "sglang" in (config.getoption("markexpr", "") or "")
     for item in items:
         if REAL_DIR in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.real)
+        if item.get_closest_marker("sglang") and not asked:
+            item.add_marker(pytest.mark.skip(reason="SGLang end to end: run with -m sglang"))

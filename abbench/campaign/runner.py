@@ -28,6 +28,7 @@ from abbench.campaign.progress import Progress, SilentProgress
 from abbench.campaign.until_ci import planned_and_more
 from abbench.collectors.tasks import workload_window
 from abbench.config.plan import plan
+from abbench.config.presets import arm_preset
 from abbench.config.schema import (
     Config,
     ResolvedArm,
@@ -343,9 +344,15 @@ class Campaign:
             servers = meta.get("servers", {})
             if arm.name not in servers:  # what the server says about itself, once per arm
                 with self.timing.count("requests_s"):
-                    props = client.props()
+                    props = server_props(client, arm)
                 if props is not None:
                     self.run.update_meta(servers={**servers, arm.name: props})
+            templates = meta.get("request_templates", {})
+            if arm.name not in templates:  # what each request of this arm sends
+                self.run.update_meta(request_templates={**templates, arm.name: {
+                    "decode": client.request_body(
+                        "<prompt token ids>", self.cfg.workloads[0].decode_tokens),
+                    "warmup": client.request_body("<prompt token ids>", 8)}})
             for task in self.tasks:
                 if task.cold:
                     self._task(task, ctx)
@@ -366,6 +373,9 @@ class Campaign:
             for task in self.tasks:
                 if not task.cold:
                     self._task(task, ctx)
+            fps = system_fingerprints(self.run.records(), slot.index)
+            if fps:  # vLLM's system_fingerprint, per server life
+                self.record({**base, "type": "system_fingerprint", "fingerprints": fps})
         finally:
             client.close()
 
@@ -409,7 +419,9 @@ class Campaign:
             raise Interrupted("interrupted")
         self.record(rec)
         if rec["status"] == "failed":
-            trouble = _server_trouble(server)
+            silent = str(rec.get("reason", "")).startswith("no data for")
+            trouble = _server_trouble(server, arm_preset(arm).hang_probe_timeout_s,
+                                      probe=silent)
             if trouble:
                 raise _SlotFailed(f"{trouble} ({rec['reason']}); log: {server.log_path}")
 
@@ -448,13 +460,42 @@ def _rounds_done(run: Run) -> int:
     return len(complete_rounds(run.records(), run.meta()))
 
 
-def _server_trouble(server: Server, timeout: float = 5.0) -> str | None:
+def server_props(client: Client, arm: ResolvedArm) -> dict[str, Any] | None:
+    """The server's props, from ``props_path`` or else the preset's fallback paths (a
+    renamed endpoint's old name: SGLang's /get_server_info)."""
+    props = client.props()
+    for path in arm_preset(arm).props_fallback_paths if props is None else ():
+        old = Client(client.base_url, arm.model_copy(update={"props_path": path}))
+        try:
+            props = old.props()
+        finally:
+            old.close()
+        if props is not None:
+            break
+    return props
+
+
+def system_fingerprints(records: list[dict[str, Any]], slot: int) -> list[str]:
+    """The distinct ``system_fingerprint`` values (vLLM) this slot's responses carried."""
+    out: list[str] = []
+    for r in records:
+        fp = r.get("system_fingerprint")
+        if r.get("slot") == slot and r.get("type") == "sample" and fp and fp not in out:
+            out.append(str(fp))
+    return out
+
+
+def _server_trouble(server: Server, timeout: float = 5.0, *, probe: bool = True
+                    ) -> str | None:
     """After a failed request: why this server cannot go on, or None when it can.
 
-    Dead, or alive but not answering its readiness path (hung, e.g. SIGSTOPped).
+    Dead, or (when the request went silent: ``probe``) alive but not answering its
+    readiness path within ``timeout`` (hung, e.g. SIGSTOPped).
     """
     if not server.alive():
         return f"the server died (exit code {server.proc.returncode})"
+    if not probe:
+        return None
     if not server.responds(timeout):
         if not server.alive():
             return f"the server died (exit code {server.proc.returncode})"

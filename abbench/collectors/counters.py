@@ -1,11 +1,23 @@
 """Counter rates over a workload window: Prometheus ``/metrics``, response fields,
-and regexes over the server's log. The default rate is ``misses_per_token``:
-prompt tokens that missed the prefix/KV cache per decoded token."""
+and regexes over the server's log.
+
+The default rate is ``misses_per_token``, defined once for every source:
+
+    (prompt tokens not served from cache) / (tokens decoded)
+
+both summed over the window, side calls included. Prometheus: the delta of the
+preset's ``misses_counter`` minus ``misses_minus_counter`` (vLLM
+``prompt_tokens_total - prompt_tokens_cached_total``, SGLang ``prompt_tokens_total -
+cached_tokens_total``, llama.cpp ``prompt_tokens_total``, which already excludes
+cached ones). Response fields: per request, its prompt tokens minus the cached ones
+it reports, plus the same for each of its side calls. Each row records ``source``."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,6 +41,7 @@ from abbench.config.collectors import (
 from abbench.config.presets import Preset, arm_preset
 from abbench.config.schema import ResolvedArm
 from abbench.errors import ConfigError, RequestError
+from abbench.server.http import Reply
 from abbench.slot import SlotContext
 
 # --------------------------------------------------------------- Prometheus
@@ -65,6 +78,11 @@ def counter_value(text: str, name: str, labels: dict[str, str] | None = None) ->
     return total
 
 
+def metric_names_in(text: str) -> set[str]:
+    """The metric family names in Prometheus text (``_total`` stripped)."""
+    return {_base_name(f.name) for f in text_string_to_metric_families(text)}
+
+
 def rate_of(delta: float, denominator: float | None) -> float | None:
     if denominator is None:
         return delta
@@ -97,6 +115,9 @@ class _RateCollector(Collector):
         s = self.settings
         detail["spec"] = {"name": name, "label": s.label, "unit": s.unit,
                           "direction": s.direction}
+        failed = flush_failure(ctx, row)
+        if failed:  # the counts are not from a cold cache: no value rather than a wrong one
+            value, why = None, failed
         if value is None:
             record_window(ctx, collector=self.name, window=window, workload=row, metrics={},
                           unavailable={name: why or "no value"}, **detail)
@@ -156,6 +177,28 @@ class PrometheusCollector(_RateCollector):
             out[self.settings.per] = counter_value(text, self.settings.per)
         return out
 
+    def begin_server(self, ctx: SlotContext) -> None:
+        """Once per server life: which configured counters this build exposes."""
+        text, why = self._scrape(ctx)
+        preset = arm_preset(ctx.arm)
+        rec: dict[str, Any] = {**base_fields(ctx), "type": "counters",
+                               "collector": self.name}
+        if text is None:
+            rec.update(ok=False, reason=why)
+        else:
+            wanted = dict(preset.metric_names)
+            try:
+                counter, minus = self._names(preset)
+            except ConfigError:
+                counter, minus = None, None
+            for name in (counter, minus):
+                if name and name not in wanted.values():
+                    wanted[name] = name
+            present = metric_names_in(text)
+            rec.update(ok=True, missing=sorted(n for n in wanted.values()
+                                               if _base_name(n) not in present))
+        ctx.record(rec)
+
     def begin_window(self, ctx: SlotContext, row: str) -> WindowState:
         state = WindowState(row)
         text, why = self._scrape(ctx)
@@ -190,8 +233,9 @@ class PrometheusCollector(_RateCollector):
             self._store(ctx, state.row, None, why, deltas=deltas)
             return
         value = rate_of(delta, per if self.settings.per != "none" else None)
+        source = f"prometheus: {counter}" + (f" - {minus}" if minus else "")
         self._store(ctx, state.row, value, "the denominator was 0", deltas=deltas,
-                    per=per)
+                    per=per, source=source)
 
     def _settled_end(self, ctx: SlotContext, preset: Preset
                      ) -> tuple[dict[str, float] | None, str | None]:
@@ -248,16 +292,20 @@ class ResponseFieldCollector(_RateCollector):
                 self._store(ctx, state.row, None, "no response field configured (field:)",
                             window="request", rep=rep)
                 continue
-            raw = next((v for v in (dig(rec, p) for p in paths) if v is not None), None)
-            if raw is None and s.missing == "zero":
-                raw = 0
+            raw = _field(rec, paths, s.missing)
             if raw is None:
                 self._store(ctx, state.row, None, f"the response has none of {paths}",
                             window="request", rep=rep)
                 continue
             value = float(raw)
             if s.value == "misses":
-                value = float(rec.get("prompt_tokens") or 0) - value
+                # misses/token, one definition (see misses_per_token): the side calls'
+                # uncached prompt tokens count with their decoded tokens
+                misses, why = request_misses(rec, paths, s.missing)
+                if misses is None:
+                    self._store(ctx, state.row, None, why, window="request", rep=rep)
+                    continue
+                value = misses
             per = float(decoded_tokens([rec]))
             if s.per == "none":
                 out: float | None = value
@@ -268,7 +316,27 @@ class ResponseFieldCollector(_RateCollector):
                             "or none", window="request", rep=rep)
                 continue
             self._store(ctx, state.row, out, "no tokens decoded", window="request", rep=rep,
-                        field_value=raw, per=per)
+                        field_value=raw, per=per, source=f"response: {', '.join(paths)}")
+
+
+def _field(rec: dict[str, Any], paths: list[str], missing: str) -> Any:
+    raw = next((v for v in (dig(rec, p) for p in paths) if v is not None), None)
+    return 0 if raw is None and missing == "zero" else raw
+
+
+def request_misses(rec: dict[str, Any], paths: list[str], missing: str = "absent"
+                   ) -> tuple[float | None, str | None]:
+    """Prompt tokens not served from cache in one request and its side calls."""
+    total = 0.0
+    for part in [rec, *(rec.get("side_calls") or ())]:
+        if part is not rec and not part.get("ok", True):
+            continue  # a failed side call: the server may not have seen it either
+        cached = _field(part, paths, missing)
+        if part.get("prompt_tokens") is None or cached is None:
+            where = "a side call" if part is not rec else "the response"
+            return None, f"{where} has no prompt_tokens or none of {paths}"
+        total += float(part["prompt_tokens"]) - float(cached)
+    return total, None
 
 
 # ----------------------------------------------------------------- log regex
@@ -345,19 +413,63 @@ class FlushCollector(Collector):
         return []
 
     def begin_window(self, ctx: SlotContext, row: str) -> None:
-        path = self.settings.path or arm_preset(ctx.arm).flush_path
+        preset = arm_preset(ctx.arm)
+        path = self.settings.path or preset.flush_path
         rec: dict[str, Any] = {**base_fields(ctx), "type": "flush", "workload": row,
                                "path": path}
         if not path:
             rec.update(ok=False, reason=f"preset {ctx.arm.preset} has no flush endpoint "
                        "(set path: or preset_fields.flush_path)")
         else:
-            try:
-                r = ctx.client.call(self.settings.method, path, timeout=60)
-                rec.update(ok=r.status == 200, status=r.status)
-                if r.status != 200:
-                    rec["reason"] = f"HTTP {r.status}: {r.excerpt(200)}"
-            except RequestError as e:
-                rec.update(ok=False, reason=e.message)
+            rec.update(flush_once(lambda: ctx.client.call(self.settings.method, path, timeout=60),
+                                  preset))
         ctx.record(rec)
         return None
+
+
+def flush_once(send: Callable[[], Reply], preset: Preset, *,
+               sleep: Any = time.sleep) -> dict[str, Any]:
+    """Ask the server to empty its cache (``send`` makes the one request, through the
+    client's transport): ok only on HTTP 200 and, where the preset names a success field
+    (vLLM's ``{"success": false}`` while blocks are held), that field true; a false one
+    is asked again for at most ``preset.flush_retry_s``."""
+    needs = f" (the endpoint needs {preset.flush_needs})" if preset.flush_needs else ""
+    deadline = time.perf_counter() + preset.flush_retry_s
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            r = send()
+        except RequestError as e:
+            return {"ok": False, "attempts": attempts, "reason": e.message}
+        out: dict[str, Any] = {"status": r.status, "attempts": attempts}
+        if r.status != 200:
+            return {**out, "ok": False, "reason": f"HTTP {r.status}: {r.excerpt(200)}"
+                    + (needs if r.status == 404 else "")}
+        field_name = preset.flush_success_field
+        if not field_name:
+            return {**out, "ok": True}
+        try:
+            body = json.loads(r.text)
+        except ValueError:
+            body = None
+        value = dig(body, field_name)
+        out["body"] = body if isinstance(body, dict) else r.excerpt(200)
+        if value is True:
+            return {**out, "ok": True}
+        if value is not False or time.perf_counter() >= deadline:
+            why = (f"the server answered {field_name}={value!r}" if value is not None else
+                   f"the answer has no boolean {field_name!r}: {r.excerpt(200)}")
+            return {**out, "ok": False,
+                    "reason": f"{why} after {attempts} attempt(s) in {preset.flush_retry_s:g} s "
+                              "(blocks still held by running requests?)"}
+        sleep(0.25)
+
+
+def flush_failure(ctx: SlotContext, row: str) -> str | None:
+    """Why this slot's flush of window ``row`` failed, or None (no flush, or it worked)."""
+    for r in reversed(ctx.records()):
+        if (r.get("type") == "flush" and r.get("slot") == ctx.slot.index
+                and r.get("workload") == row):
+            return None if r.get("ok") else f"the cache flush failed: {r.get('reason')}"
+    return None

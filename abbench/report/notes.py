@@ -76,6 +76,20 @@ def collector_notes(records: list[dict[str, Any]]) -> list[str]:
             periods.add(float(r["period_ms"]))
     for metric, reasons in why.items():
         out.append(f"Unavailable: {metric}: {'; '.join(sorted(reasons))}.")
+    missing: dict[str, set[str]] = defaultdict(set)
+    for r in records:
+        if r.get("type") == "counters" and r.get("missing"):
+            missing[str(r.get("arm"))].update(r["missing"])
+    for arm, names in sorted(missing.items()):
+        out.append(f"Counters missing: arm {arm}'s server does not expose "
+                   f"{', '.join(sorted(names))} (read once per server life).")
+    sources: dict[str, set[str]] = defaultdict(set)
+    for r in records:
+        if r.get("type") == "sample" and r.get("source") and r.get("metrics"):
+            for metric in r["metrics"]:
+                sources[metric].add(str(r["source"]))
+    for metric, srcs in sorted(sources.items()):
+        out.append(f"Source of {metric}: {'; '.join(sorted(srcs))}.")
     flushes = [r for r in records if r.get("type") == "flush"]
     failed = [r for r in flushes if not r.get("ok")]
     if flushes:

@@ -285,7 +285,7 @@ def _builds(meta: dict[str, Any]) -> str:
 
 
 def timing_agreement(records: list[dict[str, Any]]) -> tuple[float, int] | None:
-    """Median |client decode tok/s / server predicted_per_second - 1| over samples."""
+    """Median |client decode tok/s / server decode tok/s - 1| over samples."""
     errs = []
     for rec in records:
         m = rec.get("metrics") or {}
@@ -297,13 +297,27 @@ def timing_agreement(records: list[dict[str, Any]]) -> tuple[float, int] | None:
     return statistics.median(errs), len(errs)
 
 
+def timing_sources(records: list[dict[str, Any]]) -> list[str]:
+    """Which server field gave the server side of the agreement line."""
+    out = []
+    for rec in records:
+        if rec.get("type") != "sample" or not (rec.get("metrics") or {}).get(
+                "server_decode_tok_s"):
+            continue
+        src = ("vLLM metrics.generation_time_ms" if (rec.get("server_metrics") or {}).get(
+            "generation_time_ms") is not None else "llama.cpp timings.predicted_per_second")
+        if src not in out:
+            out.append(src)
+    return out
+
+
 def _footer(records: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
     out = []
     agree = timing_agreement(records)
     if agree is not None:
         out.append(f"Client/server timing agreement: median |client/server - 1| = "
-                   f"{agree[0] * 100:.3f}% over {agree[1]} samples (server = llama.cpp "
-                   "timings.predicted_per_second).")
+                   f"{agree[0] * 100:.3f}% over {agree[1]} samples (server = "
+                   f"{', '.join(timing_sources(records))}).")
     else:
         out.append("Client/server timing agreement: the server sent no timings to check "
                    "against.")

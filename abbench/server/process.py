@@ -204,25 +204,118 @@ class Server:
             return self._stop()
 
     def _stop(self) -> int | None:
+        """SIGTERM the main process (SGLang and vLLM shut their children down from its
+        handler), then the rest of the group once the main is gone; SIGKILL only what
+        is left after ``stop_grace``. A server killed mid-shutdown leaks its /dev/shm
+        segments: what the group left there is removed afterwards and logged."""
         self.stopped = True
         try:
             pgid = self.proc.pid  # start_new_session: pgid == pid
+            deadline = time.perf_counter() + self.arm.stop_grace
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGCONT)  # a SIGSTOPped server must see TERM
-                os.killpg(pgid, signal.SIGTERM)
+                os.kill(pgid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=self.arm.stop_grace)
+                self.proc.wait(timeout=max(deadline - time.perf_counter(), 0.0))
+            if self.proc.poll() is not None:
+                # the main is gone (a wrapper shell, say): its children get the TERM too
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGTERM)
+            _wait_group_empty(pgid, deadline)
             # Whatever is left of the group (children that ignored TERM) gets KILL.
+            killed = False
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
+                killed = True
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
+            _wait_group_empty(pgid, time.perf_counter() + 5.0)
+            removed = remove_stale_shm(self.started_wall)
+            self._log(f"stopped: exit code {self.proc.returncode}"
+                      + (f"; SIGKILL after stop_grace {self.arm.stop_grace:g} s" if killed
+                         else ""))
+            if removed:
+                self._log(f"removed what the server left in /dev/shm: {', '.join(removed)}")
         finally:
             _release_reaper(self.reaper)
             if self._log_file is not None:
                 with contextlib.suppress(OSError):
                     self._log_file.close()  # type: ignore[attr-defined]
         return self.proc.returncode
+
+    def _log(self, line: str) -> None:
+        if self._log_file is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self._log_file.write(f"# abbench: {line}\n".encode())  # type: ignore[attr-defined]
+            self._log_file.flush()  # type: ignore[attr-defined]
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process (zombies of others included) is in group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait_group_empty(pgid: int, deadline: float) -> None:
+    while group_alive(pgid) and time.perf_counter() < deadline:
+        time.sleep(0.05)
+
+
+#: names that servers' Python multiprocessing and SGLang leave in /dev/shm when killed
+SHM_PATTERNS = ("psm_", "sem.mp-", "sglang_loads_")
+
+
+def _mapped_shm() -> set[str]:
+    """/dev/shm files that a live process maps or holds open."""
+    used: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps", encoding="utf-8",
+                                                errors="replace") as f:
+            for line in f:
+                i = line.find("/dev/shm/")
+                if i >= 0:
+                    used.add(line[i + 9:].split(" (deleted)")[0].strip())
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("/dev/shm/"):
+                        used.add(target[9:])
+    return used
+
+
+def remove_stale_shm(since: float, shm_dir: str = "/dev/shm") -> list[str]:
+    """Remove the files a dead server left in ``shm_dir``: named like Python's or
+    SGLang's segments, ours (owner), written after ``since`` (the server's start),
+    and mapped or held open by no live process. Returns their names and sizes."""
+    try:
+        names = [n for n in os.listdir(shm_dir) if n.startswith(SHM_PATTERNS)]
+    except OSError:
+        return []
+    if not names:
+        return []
+    used = _mapped_shm()
+    removed = []
+    for n in sorted(names):
+        path = os.path.join(shm_dir, n)
+        try:
+            st = os.lstat(path)
+            if (st.st_uid != os.getuid() or st.st_mtime < since - 1.0 or n in used
+                    or not os.path.isfile(path)):
+                continue
+            os.unlink(path)
+            removed.append(f"{n} ({st.st_size // 1024} KiB)")
+        except OSError:
+            continue
+    return removed
 
 
 def foreign_listener(port: int, since: float, own_pgid: int) -> str | None:

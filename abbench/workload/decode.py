@@ -151,6 +151,10 @@ def parse_sse(chunks: Iterator[bytes], result: StreamResult, clock=time.perf_cou
             result.timings = wire.dump(chunk.timings)
         if chunk.meta_info is not None:
             result.extra["meta_info"] = chunk.meta_info
+        if chunk.metrics:  # vLLM --enable-per-request-metrics, on the usage chunk
+            result.extra["server_metrics"] = chunk.metrics
+        if chunk.system_fingerprint:
+            result.extra["system_fingerprint"] = chunk.system_fingerprint
 
     for data in chunks:
         now = clock()
@@ -374,6 +378,10 @@ def measure(result: StreamResult, *, prompt_len: int, decode_tokens: int) -> Dec
         metrics["server_decode_tok_s"] = float(t["predicted_per_second"])
     if t.get("prompt_per_second"):
         metrics["server_prefill_tok_s"] = float(t["prompt_per_second"])
+    gen_ms = (result.extra.get("server_metrics") or {}).get("generation_time_ms")
+    if "server_decode_tok_s" not in metrics and gen_ms and ct and ct > 1:
+        # vLLM: generation_time_ms = last token - first token, the client's own interval
+        metrics["server_decode_tok_s"] = (ct - 1) / (float(gen_ms) / 1e3)
     detail = {
         "prompt_tokens": pt,
         "completion_tokens": ct,
@@ -413,7 +421,8 @@ def run_decode(client: Client, prompts: PromptMaker, workload: Workload, context
             rec: dict[str, Any] = {
                 "i": i, "ok": True, "latency_ms": (time.perf_counter() - t0) * 1e3,
                 "ttft_ms": None if r.ttft is None else r.ttft * 1e3,
-                "completion_tokens": r.completion_tokens}
+                "completion_tokens": r.completion_tokens, "prompt_tokens": r.prompt_tokens,
+                "usage": r.usage or None, "timings": r.timings or None}
         except RequestError as e:
             rec = {"i": i, "ok": False, "error": e.message,
                    "latency_ms": (time.perf_counter() - t0) * 1e3}

@@ -76,6 +76,9 @@ class Chunk(_Wire):
     timings: Timings | None = None
     error: Any = None
     meta_info: dict[str, Any] | None = None
+    #: vLLM --enable-per-request-metrics: generation_time_ms and friends, on the usage chunk
+    metrics: dict[str, Any] | None = None
+    system_fingerprint: str | None = None
 
 
 class Completion(_Wire):

@@ -265,7 +265,7 @@ def test_every_preset_field_can_be_overridden_per_arm() -> None:
     pa, pb = arm_preset(a), arm_preset(b)
     assert pa.metrics_path == "/m" and pa.misses_counter == "x_total"
     assert pa.cached_tokens_fields == ("meta_info.cached_tokens",)
-    assert pa.misses_minus_counter == "vllm:prefix_cache_hits_total"  # the rest: the preset's
+    assert pa.misses_minus_counter == "vllm:prompt_tokens_cached_total"  # the rest: the preset's
     assert pb == VLLM
     with pytest.raises(ConfigError, match="unknown preset field 'metric_path'"):
         _cfg([], preset_fields={"metric_path": "/m"}).resolved_arms()
