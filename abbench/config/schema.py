@@ -30,7 +30,7 @@ from abbench import registry
 from abbench.config.base import Frozen, endpoint_path
 from abbench.config.collectors import CollectorSettings
 from abbench.config.files import ARMS_FILE_MAX, PROMPT_TEXT_MAX, load_yaml, read_text
-from abbench.config.presets import get_preset, with_overrides
+from abbench.config.presets import arm_preset, get_preset, with_overrides
 from abbench.config.quality import FingerprintConfig, QualityConfig
 from abbench.config.stats import StatsConfig, TableConfig
 from abbench.errors import ConfigError, clip, clip_repr
@@ -780,7 +780,9 @@ def config_warnings(cfg: Config) -> list[str]:
         for k, v in arm.env.items():
             bare(f"{where}.env.{clip(k, 40)}", v)
         bare(f"{where}.cwd", raw.cwd or cfg.defaults.cwd or "")
-        odd = sorted(k for k in ("temperature", "top_p", "top_k") if k in arm.request_extra)
+        neutral = arm_preset(arm).request_extra  # the preset's own greedy fields
+        odd = sorted(k for k in ("temperature", "top_p", "top_k") if k in arm.request_extra
+                     and (k not in neutral or arm.request_extra[k] != neutral[k]))
         if odd:
             verb = "replaces" if len(odd) == 1 else "replace"
             out.append(f"{where}.request_extra: {', '.join(odd)} {verb} abbench's greedy "
