@@ -45,6 +45,8 @@ class SlotTask(Protocol):
 
     ``cold`` tasks run right after the server is ready, before warm-up; the others
     after the workloads. Time spent in ``run`` counts as measurement, not overhead.
+    A task may also have ``check(cfg) -> list[str]``: called by ``validate`` and ``run``
+    before any server starts, it raises ConfigError or returns warnings.
     """
 
     name: str
