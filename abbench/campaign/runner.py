@@ -70,6 +70,8 @@ class RunOptions:
     rounds: int | None = None
     seed: int | None = None
     config_path: str | None = None
+    #: more run.json fields (a shard's ``id``, ``shard``, ``host_fingerprint``)
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -149,6 +151,7 @@ class Campaign:
             "environment": environment(),
             "servers": {},
             "pid": os.getpid(),
+            **self.opts.meta,
         }
         return Run.create(self.opts.results, meta, config_for_storage(self.cfg))
 
