@@ -276,7 +276,7 @@ class Campaign:
         assert self.run is not None
         client = Client(server.base_url, arm)
         ctx = SlotContext(self.cfg, arm, slot, server, client, self.run.path,
-                          int(self.run.meta().get("seed") or 0), self.record, self.run.records,
+                          order_seed(self.run.meta()), self.record, self.run.records,
                           self.stop_event)
         try:
             meta = self.run.meta()
@@ -352,6 +352,13 @@ class Campaign:
             trouble = _server_trouble(server)
             if trouble:
                 raise _SlotFailed(f"{trouble} ({rec['reason']}); log: {server.log_path}")
+
+
+def order_seed(meta: dict[str, Any]) -> int:
+    """The seed the run's arm orders were drawn with (nonce prompt sets derive theirs
+    from it): ``order_seed`` where it differs from the run's own ``seed`` (a shard's:
+    the campaign's), else ``seed``."""
+    return int(meta.get("order_seed", meta.get("seed")) or 0)
 
 
 def default_tasks(cfg: Config) -> list[SlotTask]:

@@ -231,6 +231,7 @@ def run_shard(folder: Path, index: int | None, *, progress: Progress | None = No
     opts = RunOptions(results=folder / SHARDS_DIR, rounds=len(left), seed=plan.seed,
                       config_path=camp["config_path"],
                       meta={"id": name, "host_fingerprint": env_fp,
+                            "order_seed": camp["seed"],
                             "shard": {"index": i, "campaign": camp["id"],
                                       "campaign_dir": str(folder), "rounds": left,
                                       "campaign_seed": camp["seed"]}})

@@ -260,7 +260,7 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
     k = len(hi.hosts)
     tau_s = f"tau {math.sqrt(hi.tau2) * 100:.2f}%"
     het = f"heterogeneity p {hi.heterogeneity_p:.2g}" if hi.heterogeneity_p is not None \
-        else "one round per host"
+        else None
     extra = dict(hosts=hi.hosts, tau=math.sqrt(hi.tau2), heterogeneity_p=hi.heterogeneity_p,
                  df=hi.df)
     warnings = list(c.warnings)
@@ -269,8 +269,9 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
             f"{h.host} {h.change * 100:+.1f}% over {h.n} round(s)"
             for h in hi.hosts if h.flagged))
     if hi.method == "pooled":
-        copy.update(test=f"{c.test}, pooled over {k} hosts that agree ({het})",
-                    warnings=tuple(warnings))
+        how = f"pooled over {k} hosts that agree ({het})" if het else \
+            f"over {k} hosts of one round each (host and round noise cannot be told apart)"
+        copy.update(test=f"{c.test}, {how}", warnings=tuple(warnings))
         return BlockComparison(**copy, method="pooled", **extra)  # type: ignore[arg-type]
     p_band = p_beyond_band_se(hi.mean, hi.se, hi.df, band)
     verdict: Verdict
@@ -285,7 +286,8 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
     copy.update(
         verdict=verdict, change=_frac(hi.mean), lo=_frac(hi.lo), hi=_frac(hi.hi),
         half_width=(hi.hi - hi.lo) / 2, p=p_band, p_raw=p_band,
-        test=f"random effects over {k} hosts ({tau_s}, {het}), t with {hi.df} df",
+        test=f"random effects over {k} hosts ({tau_s}, {het or 'exact rounds'}), t with "
+             f"{hi.df} df",
         better=(hi.mean > 0) == (direction == "higher") if verdict == "changed" else None,
         t_p=hi.p, t_lo=_frac(hi.lo), t_hi=_frac(hi.hi), exact=False, rounds_needed=None,
         warnings=tuple(warnings))

@@ -16,6 +16,7 @@ from scipy import stats as sps
 
 from abbench.campaign import gather as g
 from abbench.campaign.environment import host_fingerprint, visible
+from abbench.campaign.runner import order_seed
 from abbench.campaign.shards import FollowState, default_shards, plan_campaign, shard_index
 from abbench.config.schema import load_config
 from abbench.errors import ConfigError
@@ -427,3 +428,8 @@ def test_cli_refuses(tmp_path: Path, args: list[str], text: str) -> None:
     arms = ref_arms(tmp_path / "arms.yaml", Path(sys.executable), {"a": [], "b": []})
     p = cli("run", arms, "--results", tmp_path / "r", *args)
     assert p.returncode == 2 and text in p.stderr, p.stderr
+
+
+def test_a_shards_nonce_sets_come_from_the_campaigns_seed() -> None:
+    assert order_seed({"seed": 3}) == 3
+    assert order_seed({"seed": 3, "order_seed": 9}) == 9  # a shard: the campaign's seed
