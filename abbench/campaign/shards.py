@@ -91,8 +91,11 @@ def _now() -> str:
 
 
 def host_name() -> str:
-    """This host's name as a folder name: ``[A-Za-z0-9._-]``, at most 48 characters."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", socket.gethostname().split(".")[0]).strip("-.")
+    """This host's name as a folder name: ``$ABBENCH_HOST`` (a Kubernetes pod can set it
+    to its node's name), else the host name, in ``[A-Za-z0-9._-]``, at most 48
+    characters."""
+    raw = os.environ.get("ABBENCH_HOST") or socket.gethostname().split(".")[0]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", raw).strip("-.")
     return (name or "host")[:48]
 
 

@@ -64,7 +64,8 @@ def flag_notes(cells: Sequence[CellRef]) -> list[str]:
             by_host.setdefault(h.host, []).append(
                 f"{md_escape(row)}, {md_escape(arm)}: {h.change * 100:+.1f}% there against "
                 f"{math.expm1(rest_mean) * 100:+.1f}% on the other hosts "
-                f"({abs(h.z or 0):.1f} se)")
+                + (f"({abs(h.z):.1f} se)" if h.z is not None and math.isfinite(h.z)
+                   else "(every round exact on each host)"))
     return [f"Host `{md_escape(host)}` disagrees with the others: " + "; ".join(items)
             + ". The interval of those cells counts the hosts' spread (random effects); "
             "check that host (clocks, other load, its GPU), or leave it out and compare again."

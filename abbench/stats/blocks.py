@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from scipy import stats as sps
@@ -125,7 +125,7 @@ def _flags(groups: dict[str, np.ndarray], s2: float | None, floor: float
     pool = set(groups)
     while s2 is not None and len(pool) >= 2:
         scores = {h: far(h, pool) for h in pool}
-        off = {h: abs(z) for h, (diff, z) in scores.items()
+        off = {h: (abs(z), abs(diff)) for h, (diff, z) in scores.items()
                if z is not None and abs(z) > FLAG_SE and abs(diff) > floor}
         if not off:
             break
@@ -194,9 +194,9 @@ def host_interval(d: Sequence[float] | np.ndarray, hosts: Sequence[str], *, alph
               "dl": tau2 > 0}[rule]
     if not switch:
         return as_pooled(q, q_p, tau2)
-    wr = 1.0 / (s2 / n + tau2) if tau2 > 0 or s2 > 0 else np.ones_like(n)
+    wr = 1.0 / (s2 / n + tau2)  # s2 and tau2 are not both 0 here
     mean = float((wr * means).sum() / wr.sum())
-    se_dl = 1.0 / math.sqrt(float(wr.sum())) if tau2 > 0 or s2 > 0 else 0.0
+    se_dl = 1.0 / math.sqrt(float(wr.sum()))
     se_hk = math.sqrt(float((wr * (means - mean) ** 2).sum() / ((k - 1) * wr.sum())))
     se = max(se_dl, se_hk)
     df = k - 1
@@ -220,6 +220,21 @@ def p_beyond_band_se(mean: float, se: float, df: int, band: float) -> float:
     return float(min(1.0, 2 * sps.t.sf(abs(mean - edge) / se, df)))
 
 
+def hosts_to_decide(mean: float, host_var: float, band: float, *, alpha: float = 0.05,
+                    max_hosts: int = 1000) -> int | None:
+    """About how many hosts in all would decide a random-effects cell: the smallest H
+    whose t half-width t_{H-1} sqrt(host_var / H) clears the band's edge, where
+    ``host_var`` is the variance of one host's mean (within-host noise over its rounds,
+    plus tau^2). None when no H up to ``max_hosts`` would."""
+    gap = abs(abs(mean) - band)
+    if gap == 0 or not math.isfinite(host_var):
+        return None
+    for h in range(2, max_hosts + 1):
+        if float(sps.t.ppf(1 - alpha / 2, h - 1)) * math.sqrt(host_var / h) < gap:
+            return h
+    return None
+
+
 @dataclass(frozen=True)
 class BlockComparison(Comparison):
     """A :class:`~abbench.stats.paired.Comparison` whose rounds ran on several hosts."""
@@ -229,6 +244,9 @@ class BlockComparison(Comparison):
     tau: float | None = None
     heterogeneity_p: float | None = None
     df: int | None = None
+    #: random effects, undecided: about how many hosts in all would decide the cell
+    #: (more rounds on the same hosts hardly narrow its interval)
+    hosts_needed: int | None = None
 
     @property
     def flagged(self) -> list[str]:
@@ -256,13 +274,13 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
         return c
     band = math.log1p(noise_band)
     hi = host_interval(d, names, alpha=alpha, rule=rule, flag_floor=band / 2)
-    copy = {f.name: getattr(c, f.name) for f in fields(Comparison)}
+    copy: dict[str, Any] = {f.name: getattr(c, f.name) for f in fields(Comparison)}
     k = len(hi.hosts)
     tau_s = f"tau {math.sqrt(hi.tau2) * 100:.2f}%"
     het = f"heterogeneity p {hi.heterogeneity_p:.2g}" if hi.heterogeneity_p is not None \
         else None
-    extra = dict(hosts=hi.hosts, tau=math.sqrt(hi.tau2), heterogeneity_p=hi.heterogeneity_p,
-                 df=hi.df)
+    extra: dict[str, Any] = {"hosts": hi.hosts, "tau": math.sqrt(hi.tau2),
+                             "heterogeneity_p": hi.heterogeneity_p, "df": hi.df}
     warnings = list(c.warnings)
     if hi.flagged:
         warnings.append("host(s) unlike the others: " + ", ".join(
@@ -272,8 +290,9 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
         how = f"pooled over {k} hosts that agree ({het})" if het else \
             f"over {k} hosts of one round each (host and round noise cannot be told apart)"
         copy.update(test=f"{c.test}, {how}", warnings=tuple(warnings))
-        return BlockComparison(**copy, method="pooled", **extra)  # type: ignore[arg-type]
+        return BlockComparison(**copy, method="pooled", **extra)
     p_band = p_beyond_band_se(hi.mean, hi.se, hi.df, band)
+    need = None
     verdict: Verdict
     if hi.lo > band or hi.hi < -band:
         verdict = "changed"
@@ -283,6 +302,7 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
         verdict = "inconclusive"
         warnings.append(f"the {k} hosts disagree ({tau_s}): more hosts narrow this "
                         "interval, more rounds on the same hosts hardly")
+        need = hosts_to_decide(hi.mean, hi.se ** 2 * k, band, alpha=alpha)
     copy.update(
         verdict=verdict, change=_frac(hi.mean), lo=_frac(hi.lo), hi=_frac(hi.hi),
         half_width=(hi.hi - hi.lo) / 2, p=p_band, p_raw=p_band,
@@ -291,7 +311,7 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
         better=(hi.mean > 0) == (direction == "higher") if verdict == "changed" else None,
         t_p=hi.p, t_lo=_frac(hi.lo), t_hi=_frac(hi.hi), exact=False, rounds_needed=None,
         warnings=tuple(warnings))
-    return BlockComparison(**copy, method="random", **extra)  # type: ignore[arg-type]
+    return BlockComparison(**copy, method="random", hosts_needed=need, **extra)
 
 
 def round_hosts(records: Sequence[Mapping[str, object]]) -> dict[int, str]:

@@ -17,7 +17,13 @@ from scipy import stats as sps
 from abbench.campaign import gather as g
 from abbench.campaign.environment import host_fingerprint, visible
 from abbench.campaign.runner import order_seed
-from abbench.campaign.shards import FollowState, default_shards, plan_campaign, shard_index
+from abbench.campaign.shards import (
+    FollowState,
+    default_shards,
+    host_name,
+    plan_campaign,
+    shard_index,
+)
 from abbench.config.schema import load_config
 from abbench.errors import ConfigError
 from abbench.model.schedule import make_schedule, position_counts
@@ -286,6 +292,21 @@ def test_gather_merges_shards_with_hosts_and_campaign_numbers(tmp_path: Path) ->
     assert render_markdown(run_table(Run(folder))) == md
 
 
+def test_a_host_unlike_the_others_is_named_in_the_report(tmp_path: Path) -> None:
+    folder = _campaign(tmp_path, rounds=6, shards=3)
+    _shard(folder, 0, "gpu1", ratio=1.10)
+    _shard(folder, 1, "gpu2", ratio=1.10)
+    _shard(folder, 2, "gpu3", ratio=1.30)
+    md = g.gather(folder).report_md
+    assert "Host `2-gpu3` disagrees with the others: decode 64 (tok/s), b: +30.0% there " \
+        "against +10.0% on the other hosts" in md
+    assert "Host `0-gpu1`" not in md and "+30.0% (2) ⚑" in md
+    assert "random effects over 3 hosts" in md
+    assert "(every round exact on each host)" in md
+    assert "+16.3% [-8.5, +47.8]) ? ~" in md and "more host" in md  # hosts, not rounds
+    assert "1 undecided cell over hosts that disagree would need more hosts" in md
+
+
 def test_a_shard_cut_short_keeps_its_finished_rounds_and_fails_the_rest(tmp_path: Path) -> None:
     folder = _campaign(tmp_path)
     _shard(folder, 0, "gpu1")
@@ -397,6 +418,13 @@ def test_host_fingerprint_and_visible_gpus() -> None:
                                      "driver": "550", "cuda": "12.4", "cpu": "Xeon"}
     here = host_fingerprint()
     assert here["hostname"] and here["cpu"]
+
+
+def test_host_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ABBENCH_HOST", "gpu-node/7 (rack 2)")
+    assert host_name() == "gpu-node-7-rack-2"
+    monkeypatch.delenv("ABBENCH_HOST")
+    assert host_name() and "/" not in host_name()
 
 
 def test_shard_index_from_the_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
