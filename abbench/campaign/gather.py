@@ -330,12 +330,16 @@ def _merged_meta(camp: dict[str, Any], runs: list[ShardRun], schedule: list[list
 
 
 def gather(folder: Path, *, allow_mixed_hosts: bool | None = None,
-           active: Iterable[int] = ()) -> Gathered:
+           active: Iterable[int] | None = None) -> Gathered:
     """Merge the campaign's shard folders into the campaign folder's own run files and
-    render its report. ``active``: shards still running (not failed yet)."""
+    render its report. ``active``: the shards still running, whose missing rounds are
+    not failed yet; by default those with a shard folder whose run.json says running
+    (a shard killed outright also says so: after its task has ended, pass ())."""
     camp = load_campaign(folder)
     problems: list[str] = []
     runs = shard_runs(folder, problems)
+    if active is None:
+        active = {s.index for s in runs if s.meta.get("status") == "running"}
     mixed = mixed_hosts(runs)
     allow = camp.get("allow_mixed_hosts", False) if allow_mixed_hosts is None \
         else allow_mixed_hosts

@@ -389,8 +389,10 @@ def run_on_slurm(folder: Path, *, progress: Progress | None = None, poll_s: floa
     return _gathered(folder, [])
 
 
-def _gathered(folder: Path, log: list[str]) -> CampaignOutcome:
-    g = gather(folder)
+def _gathered(folder: Path, log: list[str], *, ended: bool = True) -> CampaignOutcome:
+    """Gather; ``ended``: every shard's task has ended (else shard folders that say
+    running are taken as running)."""
+    g = gather(folder, active=() if ended else None)
     for i in g.missing():
         d, p = g.progress[i]
         log.append(f"shard {i}: {d} of {p} rounds")
@@ -424,7 +426,8 @@ def resume_campaign(folder: Path, *, progress: Progress | None = None, poll_s: f
     short = [p.index for p in plans if done.get(p.index, 0) < p.rounds]
     if camp.get("slurm") is None:
         return _gathered(folder, [f"shard {i} is short of its rounds: run "
-                                  f"`{shlex.join(shard_command(folder, i))}`" for i in short])
+                                  f"`{shlex.join(shard_command(folder, i))}`" for i in short],
+                         ended=False)
     states = task_states(folder, camp) if camp.get("submissions") else {}
     running = [i for i, s in states.items() if s["state"] in ACTIVE]
     again = [i for i in short if i not in running]

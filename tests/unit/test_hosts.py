@@ -325,6 +325,19 @@ def test_a_shard_cut_short_keeps_its_finished_rounds_and_fails_the_rest(tmp_path
     assert "Failed: arm" in out.report_md
 
 
+def test_a_shard_still_running_is_not_failed_yet(tmp_path: Path) -> None:
+    folder = _campaign(tmp_path)
+    _shard(folder, 0, "gpu1")
+    run = _shard(folder, 1, "gpu2", upto=2)
+    run.update_meta(status="running")
+    out = g.gather(folder)
+    assert not [r for r in Run(folder).records() if r["type"] == "slot"
+                and r["status"] == "failed"]
+    assert Run(folder).meta()["status"] == "running" and out.missing() == [1]
+    g.gather(folder, active=())  # its task has ended: what it left is failed
+    assert Run(folder).meta()["status"] == "interrupted"
+
+
 def test_a_shard_that_never_began_fails_its_rounds(tmp_path: Path) -> None:
     folder = _campaign(tmp_path)
     _shard(folder, 0, "gpu1")
