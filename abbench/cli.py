@@ -64,14 +64,68 @@ def run(
     until_ci: UntilCiOpt = None,
     max_rounds: MaxRoundsOpt = None,
     resume: Annotated[str | None, typer.Option("--resume", metavar="RUN", help="continue an "
-                                               "interrupted run (id, prefix or folder)")] = None,
+                                               "interrupted run or campaign (id, prefix or "
+                                               "folder)")] = None,
+    shards: Annotated[int | None, typer.Option("--shards", min=1, help="split the rounds "
+                                               "into N shards, one host each (with --slurm: "
+                                               "default one per block of rounds)")] = None,
+    slurm: Annotated[bool, typer.Option("--slurm", help="submit the shards as one Slurm job "
+                                        "array, follow it, gather")] = False,
+    partition: Annotated[str | None, typer.Option(help="Slurm partition")] = None,
+    gres: Annotated[str | None, typer.Option(help="Slurm --gres per task, e.g. gpu:1")] = None,
+    time_limit: Annotated[str | None, typer.Option("--time", help="Slurm time limit per "
+                                                   "task (HH:MM:SS)")] = None,
+    exclusive: Annotated[bool, typer.Option("--exclusive/--no-exclusive", help="whole "
+                                            "nodes per task")] = True,
+    allow_mixed_hosts: Annotated[bool, typer.Option(
+        "--allow-mixed-hosts", help="pool hosts whose GPUs, driver or CUDA differ")] = False,
 ) -> Output:
     """Start each arm's server in interleaved rounds, measure, print the markdown table.
 
-    Example: abbench run arms/llama-cpu.yaml --rounds 4 --seed 7 --until-ci 1%
+    Example: abbench run arms/llama-cpu.yaml --rounds 4 --seed 7 --until-ci 1%;
+    many hosts: abbench run arms.yaml --slurm --shards 4 --rounds 16 --gres gpu:1
     """
     return commands.run(arms_file, rounds=rounds, seed=seed, results=results, live=live,
-                        until_ci=until_ci, max_rounds=max_rounds, resume=resume)
+                        until_ci=until_ci, max_rounds=max_rounds, resume=resume,
+                        shards=shards, slurm=slurm, partition=partition, gres=gres,
+                        time_limit=time_limit, exclusive=exclusive,
+                        allow_mixed_hosts=allow_mixed_hosts)
+
+
+shard_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                        help="One shard of a campaign over many hosts.")
+app.add_typer(shard_app, name="shard")
+
+
+@shard_app.command("run")
+@command
+def shard_run(
+    campaign_dir: Annotated[Path, typer.Argument(metavar="CAMPAIGN_DIR", help="the folder "
+                                                 "abbench run --shards made")],
+    index: Annotated[int | None, typer.Option("--index", min=0, help="the shard (default: "
+                                              "$JOB_COMPLETION_INDEX, then "
+                                              "$SLURM_ARRAY_TASK_ID)")] = None,
+    live: Annotated[bool | None, typer.Option("--live/--plain")] = None,
+) -> Output:
+    """Run one shard's rounds on this host, into CAMPAIGN_DIR/shards/<index>-<host>/.
+
+    Example: abbench shard run results/20261201-0930-ab12 --index 3
+    """
+    return commands.shard_run(campaign_dir, index=index, live=live)
+
+
+@app.command()
+@command
+def gather(
+    campaign_dir: Annotated[Path, typer.Argument(metavar="CAMPAIGN_DIR")],
+    allow_mixed_hosts: Annotated[bool, typer.Option(
+        "--allow-mixed-hosts", help="pool hosts whose GPUs, driver or CUDA differ")] = False,
+) -> Output:
+    """Merge a campaign's shards into one run (hosts as blocks) and print its table.
+
+    Example: abbench gather results/20261201-0930-ab12
+    """
+    return commands.gather(campaign_dir, allow_mixed_hosts=allow_mixed_hosts)
 
 
 @app.command()

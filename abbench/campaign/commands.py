@@ -13,10 +13,21 @@ from typing import Literal
 
 from abbench.campaign.bisect import bisect as run_bisect
 from abbench.campaign.calibrate import calibrate
+from abbench.campaign.gather import gather as gather_campaign
 from abbench.campaign.preflight import check_config
 from abbench.campaign.progress import make_progress
 from abbench.campaign.resume import resume_run
 from abbench.campaign.runner import Campaign, RunOptions, RunOutcome
+from abbench.campaign.shards import (
+    CampaignOutcome,
+    SlurmOptions,
+    describe_campaign,
+    find_campaign,
+    plan_campaign,
+    resume_campaign,
+    run_on_slurm,
+    run_shard,
+)
 from abbench.config.overrides import with_stats
 from abbench.config.plan import plan
 from abbench.config.schema import load_config
@@ -80,24 +91,67 @@ def _ran(outcome: RunOutcome, *extra: str) -> Output:
     return out
 
 
+def _campaign(outcome: CampaignOutcome) -> Output:
+    g = outcome.gathered
+    hosts = len({r.get("host") for r in g.run.records() if r.get("host")})
+    lines = [*outcome.log, *(f"warning: {p}" for p in g.problems[:MOST_PROBLEMS]),
+             f"Gathered {hosts} shard run(s) of {len(g.progress)} shard(s) into {g.run.path}"]
+    return Output(g.report_md, lines, 0 if g.complete else 1)
+
+
 def run(arms_file: Path | None, *, rounds: int | None, seed: int | None,
         results: Path | None, live: bool | None, until_ci: str | None,
-        max_rounds: int | None, resume: str | None) -> Output:
-    """``abbench run``: a new campaign, or ``--resume`` of a stored one."""
+        max_rounds: int | None, resume: str | None, shards: int | None = None,
+        slurm: bool = False, partition: str | None = None, gres: str | None = None,
+        time_limit: str | None = None, exclusive: bool = True,
+        allow_mixed_hosts: bool = False) -> Output:
+    """``abbench run``: a new campaign, or ``--resume`` of a stored one; with ``--shards``
+    or ``--slurm``, a campaign over many hosts (:mod:`abbench.campaign.shards`)."""
     progress = make_progress(live)
+    if not slurm and (partition or gres or time_limit or not exclusive):
+        raise ConfigError("--partition, --gres, --time and --no-exclusive go with --slurm",
+                          hint="abbench run ARMS --slurm --shards N --partition P ...")
     if resume is not None:
-        if arms_file is not None or rounds is not None or seed is not None:
+        if arms_file is not None or rounds is not None or seed is not None or shards:
             raise ConfigError("--resume takes the arms file, rounds and seed from the run",
                               hint=f"abbench run --resume {resume} [--results DIR]")
+        folder = find_campaign(resume, results or Path("results"))
+        if folder is not None:
+            return _campaign(resume_campaign(folder, progress=progress))
         return _ran(resume_run(resume, results or Path("results"), progress=progress))
     if arms_file is None:
         raise ConfigError("no arms file", hint="abbench run ARMS_FILE, or abbench run "
                           "--resume RUN to continue a run")
     cfg = with_stats(load_config(arms_file), until_ci=until_ci, max_rounds=max_rounds)
     cfg, _ = build_arms(pin(cfg), log=progress.log)  # every build before any server starts
+    if shards is not None or slurm:
+        opts_slurm = SlurmOptions(partition, gres, time_limit, exclusive) if slurm else None
+        folder = plan_campaign(cfg, arms_file, results=results or Path(cfg.results),
+                               rounds=rounds, seed=seed, shards=shards,
+                               allow_mixed_hosts=allow_mixed_hosts, slurm_opts=opts_slurm)
+        if not slurm:
+            return Output(describe_campaign(folder), [f"Campaign planned in {folder}"])
+        return _campaign(run_on_slurm(folder, progress=progress))
     opts = RunOptions(results=results or Path(cfg.results), rounds=rounds, seed=seed,
                       config_path=str(arms_file))
     return _ran(Campaign(cfg, opts, progress=progress).execute())
+
+
+def shard_run(folder: Path, *, index: int | None, live: bool | None) -> Output:
+    """``abbench shard run``: one shard of a campaign, on this host."""
+    out = run_shard(folder, index, progress=make_progress(live))
+    if out.outcome is None:
+        return Output("", [out.message])
+    return _ran(out.outcome, out.message)
+
+
+def gather(folder: Path, *, allow_mixed_hosts: bool) -> Output:
+    """``abbench gather``: a campaign's shards merged into one run, and its report."""
+    g = gather_campaign(folder, allow_mixed_hosts=allow_mixed_hosts or None)
+    lines = [f"shard {i}: {d} of {p} rounds" for i, (d, p) in g.progress.items() if d < p]
+    out = Output(g.report_md, [*lines, f"Gathered into {g.run.path}"], 0 if g.complete else 1)
+    out.warn(g.problems)
+    return out
 
 
 def validate(arms_files: list[Path], *, rounds: int | None, seed: int | None) -> Output:

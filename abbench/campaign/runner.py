@@ -73,6 +73,8 @@ class RunOptions:
     rounds: int | None = None
     seed: int | None = None
     config_path: str | None = None
+    #: more run.json fields (a shard's ``id``, ``shard``, ``host_fingerprint``)
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -153,6 +155,7 @@ class Campaign:
             "servers": {},
             "warnings": self.warnings,
             "pid": os.getpid(),
+            **self.opts.meta,
         }
         run = Run.create(self.opts.results, meta, config_for_storage(self.cfg))
         self.copy_build_logs(run)
@@ -337,7 +340,7 @@ class Campaign:
         assert self.run is not None
         client = Client(server.base_url, arm)
         ctx = SlotContext(self.cfg, arm, slot, server, client, self.run.path,
-                          int(self.run.meta().get("seed") or 0), self.record, self.run.records,
+                          order_seed(self.run.meta()), self.record, self.run.records,
                           self.stop_event)
         try:
             meta = self.run.meta()
@@ -440,6 +443,13 @@ def arm_meta(a: ResolvedArm) -> dict[str, Any]:
                       "patch": [list(p) for p in a.git.patch or []],
                       "describe": a.git.describe()}
     return out
+
+
+def order_seed(meta: dict[str, Any]) -> int:
+    """The seed the run's arm orders were drawn with (nonce prompt sets derive theirs
+    from it): ``order_seed`` where it differs from the run's own ``seed`` (a shard's:
+    the campaign's), else ``seed``."""
+    return int(meta.get("order_seed", meta.get("seed")) or 0)
 
 
 class _SlotFailed(Exception):

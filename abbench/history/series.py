@@ -392,8 +392,8 @@ def write_html(series: list[Series], out_dir: Path, *, tables: list[Table], chec
 
 #: the columns of :func:`load_samples`, in order (documented in README.md)
 SAMPLE_COLUMNS = ["run_id", "created", "run_status", "arm", "label", "commit", "is_baseline",
-                  "round", "position", "rep", "slot", "workload", "context", "decode_tokens",
-                  "valid", "status", "comparable", "t", "metric", "value", "unit",
+                  "round", "position", "rep", "slot", "host", "workload", "context",
+                  "decode_tokens", "valid", "status", "comparable", "t", "metric", "value", "unit",
                   "direction"]
 
 
@@ -418,6 +418,7 @@ def load_samples(results_dir: Any = "results", problems: list[str] | None = None
         base = meta.get("baseline") or next(iter(arms), None)
         created = meta.get("created")
         status = meta.get("status")
+        machine = (meta.get("environment") or {}).get("host")
         records = run.records(own)
         try:  # what the run's report compares: the one definition
             kept = {id(r) for r in comparable_records(records, meta)}
@@ -432,7 +433,8 @@ def load_samples(results_dir: Any = "results", problems: list[str] | None = None
             info = arms.get(arm, {})
             head = (run.id, created, status, arm, info.get("label") or arm, info.get("commit"),
                     arm == base, rec.get("round"), rec.get("position"), rec.get("rep"),
-                    rec.get("slot"), rec.get("workload"), rec.get("context"),
+                    rec.get("slot"), rec.get("host") or machine, rec.get("workload"),
+                    rec.get("context"),
                     rec.get("decode_tokens"), bool(rec.get("valid", False)), rec.get("status"),
                     id(rec) in kept, rec.get("t"))
             for metric, value in (rec.get("metrics") or {}).items():

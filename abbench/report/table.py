@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,7 +21,9 @@ from abbench.model.metrics import MetricSpec, catalogue, spec
 from abbench.model.rounds import round_values
 from abbench.model.rows import SERVER_ROW, RowKey
 from abbench.report import quality
+from abbench.report.hosts import flag_notes, hosts_line, mixed_note, per_host_lines
 from abbench.report.notes import collector_notes, run_notes, side_call_notes
+from abbench.stats.blocks import compare_blocks, round_hosts
 from abbench.stats.paired import Comparison, adjust, compare
 
 
@@ -103,7 +106,8 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
                  for arm in arms if arm in by_arm}
         every.append(Row(workload, metric, spec(metric, known), cells,
                          keys.get(workload, RowKey(workload))))
-    compare_rows(every, base, settings=settings)
+    hosts = round_hosts(records)  # a gathered campaign's rounds, by host
+    compare_rows(every, base, settings=settings, hosts=hosts)
     score_rows(every, values, base)
     if metrics is not None:
         shown = [r for r in every if r.metric in metrics]
@@ -127,6 +131,12 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
     table.notes += run_notes(meta)  # how --until-ci chose the rounds
     table.notes += side_call_notes(records, meta)
     table.quality = quality.summarize(records, arms, base, alpha=settings.alpha)
+    if hosts:
+        line = hosts_line(meta)
+        table.header += f"\n\n{line}" if line else ""
+        refs = [(r.label, labels.get(a, a), c.comparison) for r in shown
+                for a, c in r.cells.items() if a != base]
+        table.notes += mixed_note(meta) + flag_notes(refs) + per_host_lines(refs)
     table.notes += variant_notes(table, meta)
     return table
 
@@ -342,9 +352,11 @@ def score_rows(rows: list[Row], values: dict[tuple[str, str], dict[str, dict[int
 
 
 def compare_rows(rows: list[Row], baseline: str, *, settings: StatsConfig | None = None,
-                 noise_band: float | None = None, alpha: float | None = None) -> None:
+                 noise_band: float | None = None, alpha: float | None = None,
+                 hosts: Mapping[int, str] | None = None) -> None:
     """Compare every non-baseline cell of ``rows`` with the baseline; Benjamini-Hochberg
-    across all of them."""
+    across all of them. ``hosts``: round -> host when the rounds ran on several hosts
+    (hosts as blocks, :func:`abbench.stats.blocks.compare_blocks`)."""
     s = settings or StatsConfig()
     if noise_band is not None or alpha is not None:
         s = s.model_copy(update={k: v for k, v in (("noise_band", noise_band),
@@ -359,9 +371,11 @@ def compare_rows(rows: list[Row], baseline: str, *, settings: StatsConfig | None
         for arm, cell in row.cells.items():
             if arm == baseline:
                 continue
-            c = compare(b, dict(zip(cell.rounds, cell.values, strict=True)),
-                        direction=row.spec.direction, alpha=s.alpha,
-                        noise_band=s.band(row.metric), base_name=baseline, arm_name=arm)
+            a = dict(zip(cell.rounds, cell.values, strict=True))
+            how: dict[str, Any] = dict(direction=row.spec.direction, alpha=s.alpha,
+                                       noise_band=s.band(row.metric), base_name=baseline,
+                                       arm_name=arm)
+            c = compare_blocks(b, a, hosts, **how) if hosts else compare(b, a, **how)
             cell.comparison = c
             if c is not None:
                 cells.append(cell)

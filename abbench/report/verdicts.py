@@ -8,6 +8,7 @@ import math
 from abbench.model.rows import SERVER_ROW
 from abbench.report.table import Table
 from abbench.report.text import md_escape
+from abbench.stats.blocks import BlockComparison
 from abbench.stats.paired import Comparison
 
 
@@ -22,8 +23,20 @@ def _pct(x: float, digits: int = 1) -> str:
 MANY_ROUNDS = 200
 
 
+def _more_hosts(c: Comparison) -> bool:
+    """An undecided cell over hosts that disagree: hosts, not rounds, would decide it."""
+    return isinstance(c, BlockComparison) and c.method == "random"
+
+
 def more_rounds(c: Comparison) -> str:
-    """``~6 more rounds`` for an undecided cell, at the noise observed."""
+    """``~6 more rounds`` for an undecided cell, at the noise observed (``~3 more hosts``
+    where its hosts disagree)."""
+    if isinstance(c, BlockComparison) and _more_hosts(c):
+        have = len(c.hosts)
+        if c.hosts_needed is None or c.hosts_needed > MANY_ROUNDS:
+            return "needs many more hosts"
+        k = max(1, c.hosts_needed - have)
+        return f"~{k} more host{'s' if k > 1 else ''}"
     if c.rounds_needed is None or c.rounds_needed > MANY_ROUNDS:
         return f"needs >{MANY_ROUNDS} rounds"
     return f"~{max(1, c.rounds_needed - c.n)} more round{'s' if c.rounds_needed - c.n > 1 else ''}"
@@ -103,8 +116,12 @@ def rounds_line(table: Table) -> str | None:
     need = [c for r in table.rows for cell in r.cells.values()
             for c in [cell.comparison] if c is not None
             and c.verdict in ("inconclusive", "too_few_rounds")]
+    hosts = [c for c in need if _more_hosts(c)]
+    need = [c for c in need if not _more_hosts(c)]
+    tail = f" {len(hosts)} undecided cell{'s' if len(hosts) > 1 else ''} over hosts that " \
+        "disagree would need more hosts, not more rounds." if hosts else ""
     if not need:
-        return None
+        return tail.strip() or None
     n = max(c.n for c in need)
     known = sorted(c.rounds_needed for c in need if c.rounds_needed is not None)
     within = [k for k in known if k <= MANY_ROUNDS]
@@ -116,7 +133,7 @@ def rounds_line(table: Table) -> str | None:
         k = len(need) - len(within)
         text += f"; {k} {'sits' if k == 1 else 'sit'} so close to the band's edge that more " \
             f"than {MANY_ROUNDS} would be needed"
-    return text + "."
+    return text + "." + tail
 
 
 def _f(x: float | None, fmt: str = ".3g") -> str:
