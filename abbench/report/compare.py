@@ -10,7 +10,7 @@ from abbench.errors import ConfigError, StoreError
 from abbench.model.rounds import comparable_records
 from abbench.report.formats import render_csv, render_json
 from abbench.report.markdown import render_markdown
-from abbench.report.notes import fault_notes
+from abbench.report.notes import fault_notes, load_notes
 from abbench.report.table import Table, build_table
 from abbench.store.run import Run, open_run
 
@@ -30,6 +30,7 @@ def table_of(records: list[dict[str, Any]], meta: dict[str, Any], *,
     the notes say which pair failed and why."""
     table = build_table(comparable_records(records, meta), meta, baseline=baseline)
     table.notes.extend(fault_notes(records, meta))
+    table.notes.extend(load_notes(records))
     return table
 
 
