@@ -133,7 +133,7 @@ def aggregate(requests: Iterable[Mapping[str, Any]],
     if window <= 0 or not ok:
         return metrics, detail
     tokens = sum(int(r.get("completion_tokens") or 0) for r in ok)
-    detail["completion_tokens"] = tokens
+    detail["measured_completion_tokens"] = tokens
     metrics["load_output_tok_s"] = tokens / window
     metrics["load_req_s"] = len(ok) / window
     series = {

@@ -28,9 +28,10 @@ def table_of(records: list[dict[str, Any]], meta: dict[str, Any], *,
     """The table of a run's records, as the run itself renders it: Pinpoint's rule
     leaves a round with a failed (arm, round) pair out of the comparison whole, and
     the notes say which pair failed and why."""
-    table = build_table(comparable_records(records, meta), meta, baseline=baseline)
+    kept = comparable_records(records, meta)
+    table = build_table(kept, meta, baseline=baseline)
     table.notes.extend(fault_notes(records, meta))
-    table.notes.extend(load_notes(records))
+    table.notes.extend(load_notes(kept))
     return table
 
 

@@ -156,7 +156,9 @@ def load_notes(records: list[dict[str, Any]]) -> list[str]:
                and "collector" not in r]
     if not samples:
         return []
-    reqs = [r for r in records if r.get("type") == "load_request" and not r.get("warmup")]
+    kept = {(s.get("slot"), s["workload"]) for s in samples}  # the compared server lives
+    reqs = [r for r in records if r.get("type") == "load_request" and not r.get("warmup")
+            and (r.get("slot"), r.get("workload")) in kept]
     ok = [r for r in reqs if r.get("status") == "ok"]
     out: list[str] = []
     several = [r for r in ok if r.get("tokens_per_chunk") in ("spread", "reported")]

@@ -236,8 +236,9 @@ async def _level(url: str, results: list[LoadResult], *, concurrency: int | None
                  max_concurrency: int | None, request_timeout: float, time_left: float,
                  stop: Callable[[], bool]) -> tuple[float, str | None]:
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=request_timeout)
-    # keep-alive shorter than servers' own (llama.cpp closes idle connections after 5 s)
-    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=1.0)
+    # A new connection per request (loopback: ~0.1 ms inside TTFT): llama-server closes
+    # a connection after a streamed response, and a reused closed one fails the request.
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout,
                                      auto_decompress=False) as session:
         t0 = time.perf_counter()
@@ -357,6 +358,10 @@ def measure_level(client: Client, prompts: PromptMaker, workload: Workload, leve
     """Prepare, send and aggregate one level (one rep)."""
     spec = workload.load
     assert spec is not None
+    if time_left <= 0:  # nothing prepared or sent
+        return LevelOutcome([], {"load_failed": float(spec.requests)},
+                            {"level": level.label, "requests": spec.requests, "ok": 0}, False,
+                            "the load workload's timeout ran out before this level")
     jobs = make_jobs(client, prompts, workload, level, times)
     run = run_level(client.base_url, client.arm.completions_path, jobs,
                     concurrency=level.concurrency,
@@ -371,10 +376,8 @@ def measure_level(client: Client, prompts: PromptMaker, workload: Workload, leve
     detail.update(level=level.label, wall_s=run.wall_s, client_cpu_s=run.cpu_s,
                   warmup=spec.warmup_for(level),
                   client_cpu_share=run.cpu_s / run.wall_s if run.wall_s > 0 else None)
+    # every token received in the window, warm-up included (collectors' denominators)
     detail["completion_tokens"] = sum(int(r.get("completion_tokens") or 0) for r in reqs)
-    detail["measured_completion_tokens"] = sum(int(r.get("completion_tokens") or 0)
-                                               for r in reqs if not r["warmup"]
-                                               and r["status"] == "ok")
     measured = [r for r in reqs if not r["warmup"]]
     bad = [r for r in measured if r["status"] != "ok"]
     reasons = []
