@@ -24,6 +24,10 @@ Behaviour is set by flags:
                     bad-tokenize   POST /tokenize answers {"tokens": "oops"}
   --burst           prebuild each stream and send it at once (client-capacity bench)
   --slots N         completions served at once, the rest wait (llama.cpp's -np); 4
+  --itl-ms A,B,...  per-token delays in ms, cycled (token i waits the i-th of them
+                    after token i-1; instead of --rate): known ITL percentiles
+  --stamp           each content chunk carries "t": the server's monotonic clock when
+                    it was written (the client-capacity bench's timestamp error)
 """
 
 from __future__ import annotations
@@ -149,6 +153,7 @@ class Handler(BaseHTTPRequestHandler):
         if faulty and a.fault == "short":
             n = max(2, n - 3)
         rate = a.rate * (1 + a.drift) ** (k - 1) if a.rate else 0.0
+        gaps = [float(x) / 1e3 for x in a.itl_ms.split(",")] if a.itl_ms else []
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -192,9 +197,13 @@ class Handler(BaseHTTPRequestHandler):
                         time.sleep(1 / rate)
             self.close_connection = True
             return
+        target = t_first
         for i in range(n):
-            if rate:
-                target = t_first + i / rate
+            if gaps or rate:  # an absolute schedule: a late token does not delay the rest
+                if gaps:
+                    target += gaps[(i - 1) % len(gaps)] if i else 0.0
+                else:
+                    target = t_first + i / rate
                 delay = target - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
@@ -216,7 +225,10 @@ class Handler(BaseHTTPRequestHandler):
                 send({"choices": "oops"})
                 continue
             t_last = time.perf_counter()
-            send({"choices": [{"text": f" w{i}", "index": 0, "finish_reason": None}]})
+            chunk: dict = {"choices": [{"text": f" w{i}", "index": 0, "finish_reason": None}]}
+            if a.stamp:
+                chunk["t"] = time.monotonic()
+            send(chunk)
         with st.lock:
             st.prompt_tokens_total += n_prompt
             st.predicted_total += n
@@ -249,11 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fault", default="")
     p.add_argument("--fault-every", type=int, default=1)
     p.add_argument("--slots", type=int, default=4, help="requests served at once (-np)")
+    p.add_argument("--itl-ms", default="", help="per-token delays in ms, cycled")
+    p.add_argument("--stamp", action="store_true", help="server send time in each chunk")
     args = p.parse_args(argv)
     if args.fault == "exit-on-start":
         print("refserver: failing at start-up as asked", flush=True)
         return 3
     Handler.state = State(args)
+    ThreadingHTTPServer.request_queue_size = 1024  # hundreds of clients connect at once
     srv = ThreadingHTTPServer((args.host, args.port), Handler)
     srv.daemon_threads = True
     print(f"refserver: listening on {args.host}:{args.port} (pid {os.getpid()})", flush=True)

@@ -32,6 +32,7 @@ from abbench.config.presets import arm_preset
 from abbench.config.schema import (
     Config,
     ResolvedArm,
+    Workload,
     config_for_storage,
     format_cpus,
     placeholder_values,
@@ -51,12 +52,14 @@ from abbench.model.schedule import Slot
 from abbench.report.compare import table_of
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
+from abbench.report.sweep import write_sweep
 from abbench.server.interrupts import handle_signals
 from abbench.server.process import Server, start_server
 from abbench.slot import SlotContext, SlotTask
 from abbench.store.run import Run
 from abbench.version import __version__
 from abbench.workload.decode import Client, PromptMaker, run_decode
+from abbench.workload.load import level_arrivals, measure_level
 
 
 @dataclass(frozen=True)
@@ -264,7 +267,11 @@ class Campaign:
 
     def write_report(self, meta: dict[str, Any]) -> str:
         assert self.run is not None
-        table = table_of(self.run.records(), meta)
+        records = self.run.records()
+        table = table_of(records, meta)
+        if write_sweep(records, meta, self.run.path / "sweep.png"):
+            table.notes.append("Sweep plot (throughput against TTFT p99 and ITL p50 per "
+                               "level, paired intervals): [sweep.png](sweep.png)")
         md = render_markdown(table)
         self.run.write_text("report.md", md)
         self.run.write_text("report.json", render_json(table))
@@ -365,6 +372,8 @@ class Campaign:
                                       source_text=prompt_text(self.cfg, w_index))
                 if w_index == 0:
                     self._warmup(slot, arm, server, client, prompts)
+                if workload.load is not None:
+                    self._load(ctx, prompts, workload, w_index, base)
                 for context in workload.contexts:
                     row = workload.row_name(context)
                     with workload_window(self.tasks, ctx, row):  # collectors' windows
@@ -427,6 +436,51 @@ class Campaign:
                                       probe=silent)
             if trouble:
                 raise _SlotFailed(f"{trouble} ({rec['reason']}); log: {server.log_path}")
+
+
+    def _load(self, ctx: SlotContext, prompts: PromptMaker, workload: Workload, w_index: int,
+              base: dict[str, Any]) -> None:
+        """A load workload: each level (and rep) measured, its requests stored, then its
+        sample; all levels within the workload's timeout."""
+        assert self.run is not None and workload.load is not None
+        spec, slot = workload.load, ctx.slot
+        deadline = time.perf_counter() + spec.timeout
+        for level in spec.levels():
+            row = workload.load_row(level)
+            with workload_window(self.tasks, ctx, row):
+                for rep in range(self.cfg.reps):
+                    self.progress.slot(slot.index, ctx.arm.name, slot.round,
+                                       f"{row} rep {rep + 1}/{self.cfg.reps}")
+                    common = {**base, "workload": row, "rep": rep, "level": level.label,
+                              "concurrency": level.concurrency, "rate": level.rate}
+                    rec = {**common, "type": "sample", "t": time.time(),
+                           "context": spec.prompt_tokens, "decode_tokens": spec.output_tokens}
+                    with self.timing.count("requests_s"):
+                        try:
+                            out = measure_level(
+                                ctx.client, prompts, workload, level,
+                                times=level_arrivals(spec, level, ctx.run_seed, slot.round,
+                                                     w_index, rep),
+                                time_left=deadline - time.perf_counter(),
+                                stop_event=self.stop_event)
+                        except RequestError as e:  # the prompts could not be made
+                            out = None
+                            rec.update(valid=False, status="failed", reason=e.message,
+                                       metrics={})
+                    if self.stop_event.is_set():
+                        raise Interrupted("interrupted")
+                    if out is not None:
+                        self.run.append_many([{**common, "type": "load_request", **r}
+                                              for r in out.requests])
+                        rec.update(valid=out.valid, reason=out.reason, metrics=out.metrics,
+                                   status="ok" if out.valid else "invalid", **out.detail)
+                        if not out.metrics.get("load_output_tok_s"):
+                            rec["status"] = "failed"
+                    self.record(rec)
+                    trouble = _server_trouble(ctx.server) if rec["status"] == "failed" else None
+                    if trouble:
+                        raise _SlotFailed(f"{trouble} ({rec['reason']}); log: "
+                                          f"{ctx.server.log_path}")
 
 
 def arm_meta(a: ResolvedArm) -> dict[str, Any]:

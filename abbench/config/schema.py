@@ -13,6 +13,7 @@ import shlex
 import shutil
 import string
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -381,19 +382,127 @@ class SideCalls(_Frozen):
                          "token before the first side call")
 
 
+class Arrival(_Frozen):
+    """Open-loop arrivals: requests sent at these rates whatever is in flight."""
+
+    rate: list[Annotated[float, Field(gt=0)]] = Field(
+        min_length=1, description="requests per second; one level each")
+    process: Literal["poisson", "constant"] = "poisson"
+    seed: int | None = Field(None, ge=0, description="arrival times' seed; default the "
+                             "run's (each round its own, every arm of a round the same)")
+    max_concurrency: int | None = Field(None, ge=1, description="cap on requests in "
+                                        "flight; none by default")
+
+
+@dataclass(frozen=True)
+class LoadLevel:
+    """One level of a load workload: a concurrency (closed loop) or a rate (open)."""
+
+    index: int
+    concurrency: int | None
+    rate: float | None
+
+    @property
+    def label(self) -> str:
+        return f"c={self.concurrency}" if self.rate is None else f"rate={self.rate:g}/s"
+
+
+class LoadSpec(_Frozen):
+    """Many requests at once: throughput and latency percentiles per level."""
+
+    concurrency: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="closed loop: requests kept in flight; one level each")
+    requests: int = Field(64, ge=1, description="measured requests per level")
+    warmup: int | None = Field(None, ge=0, description="requests sent first and left out; "
+                               "default the level's concurrency (open loop: 1)")
+    prompt_tokens: Context = Field(512, description="exact prompt length of every request")
+    output_tokens: int = Field(128, ge=2, description="exact output length of every request")
+    arrival: Literal["closed"] | Arrival = "closed"
+    timeout: float = Field(600.0, gt=0, description="seconds all levels may take in one "
+                           "server life; requests still running then are cut")
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _one_or_list(cls, v: Any) -> Any:
+        return [v] if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @model_validator(mode="after")
+    def _levels(self) -> LoadSpec:
+        if self.arrival == "closed" and not self.concurrency:
+            raise ValueError("a closed-loop load needs concurrency: (e.g. [1, 8, 32]), or "
+                             "arrival: {rate: [...]} for open-loop arrivals")
+        if self.arrival != "closed" and self.concurrency:
+            raise ValueError("concurrency: sets closed-loop levels; with arrival rates, "
+                             "cap requests in flight with arrival: {max_concurrency: N}")
+        return self
+
+    def levels(self) -> list[LoadLevel]:
+        if isinstance(self.arrival, Arrival):
+            return [LoadLevel(i, None, r) for i, r in enumerate(self.arrival.rate)]
+        return [LoadLevel(i, c, None) for i, c in enumerate(self.concurrency or [])]
+
+    def warmup_for(self, level: LoadLevel) -> int:
+        if self.warmup is not None:
+            return self.warmup
+        return level.concurrency if level.concurrency is not None else 1
+
+
+class Slo(_Frozen):
+    """Bounds a request must meet to count towards goodput (each optional)."""
+
+    ttft_ms: float | None = Field(None, gt=0, description="time to first token")
+    itl_ms: float | None = Field(None, gt=0, description="the request's mean inter-token "
+                                 "latency, (last chunk - first) / (tokens - 1)")
+    e2e_ms: float | None = Field(None, gt=0, description="end-to-end latency")
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> Slo:
+        if self.ttft_ms is None and self.itl_ms is None and self.e2e_ms is None:
+            raise ValueError("an slo needs at least one of ttft_ms, itl_ms, e2e_ms")
+        return self
+
+
 class Workload(_Frozen):
-    kind: Literal["decode"] = "decode"
+    kind: Literal["decode", "load"] = "decode"
     name: str | None = Field(None, description="row name; default 'decode' "
-                             "(+ ' + side calls')")
-    contexts: list[Context] = Field(min_length=1)
+                             "(+ ' + side calls'), or 'load'")
+    contexts: list[Context] = Field(default_factory=list, min_length=1)
     decode_tokens: int = Field(128, ge=2)
     side_calls: SideCalls | None = None
     prompt: PromptSource = PromptSource()
+    load: LoadSpec | None = Field(None, description="a load workload: concurrency levels "
+                                  "or arrival rates (see README, Load workloads)")
+    slo: Slo | None = Field(None, description="load only: goodput counts requests meeting it")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_from_load(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and data.get("load") is not None and "kind" not in data:
+            return {**data, "kind": "load"}
+        return data
+
+    @model_validator(mode="after")
+    def _decode_or_load(self) -> Workload:
+        if self.kind == "load":
+            if self.load is None:
+                raise ValueError("kind: load needs a load: mapping (concurrency:, ...)")
+            if self.contexts or self.side_calls:
+                raise ValueError("a load workload takes prompt_tokens: inside load:, not "
+                                 "contexts: or side_calls:")
+        else:
+            if not self.contexts:
+                raise PydanticCustomError("missing", "Field required: contexts (or load: "
+                                          "for a load workload)")
+            if self.slo is not None:
+                raise ValueError("slo: belongs to a load workload (load:)")
+        return self
 
     @property
     def title(self) -> str:
         if self.name:
             return self.name
+        if self.load is not None:
+            return "load"
         return "decode + side calls" if self.side_calls else "decode"
 
     def row_name(self, context: int) -> str:
@@ -407,8 +516,21 @@ class Workload(_Frozen):
         return RowKey(self.row_name(context), context, self.decode_tokens,
                       self.side_calls is not None)
 
+    def load_row(self, level: LoadLevel) -> str:
+        """A load level's row id: ``load c=8``, ``load rate=2/s``."""
+        return f"{self.title} {level.label}"
+
+    def row_keys(self) -> list[RowKey]:
+        """Every row this workload makes."""
+        if self.load is not None:
+            return [RowKey(self.load_row(lv), self.load.prompt_tokens, self.load.output_tokens)
+                    for lv in self.load.levels()]
+        return [self.row_key(c) for c in self.contexts]
+
 
 def _describe(w: Workload) -> str:
+    if w.load is not None:
+        return f"{w.title!r}: " + ", ".join(lv.label for lv in w.load.levels())
     ctx = ", ".join(format_context(c) for c in w.contexts)
     return f"{w.title!r}: contexts {ctx}, decode_tokens {w.decode_tokens}"
 
@@ -483,8 +605,7 @@ class Config(_Frozen):
         into one cell."""
         seen: dict[str, int] = {}
         for i, w in enumerate(workloads):
-            for c in w.contexts:
-                key = w.row_key(c)
+            for key in w.row_keys():
                 if key.row in seen:
                     j = seen[key.row]
                     raise PydanticCustomError(
@@ -492,7 +613,8 @@ class Config(_Frozen):
                         "workloads[{j}] ({a}) and workloads[{i}] ({b}) both make the row "
                         "{row}; give one a name: (e.g. name: {hint}) or other contexts",
                         {"j": j, "i": i, "a": _describe(workloads[j]), "b": _describe(w),
-                         "row": repr(key.row), "hint": f"decode-{w.decode_tokens}"})
+                         "row": repr(key.row),
+                         "hint": f"load-{i}" if w.load else f"decode-{w.decode_tokens}"})
                 seen[key.row] = i
         return workloads
 

@@ -10,7 +10,7 @@ from abbench.errors import ConfigError, StoreError
 from abbench.model.rounds import comparable_records
 from abbench.report.formats import render_csv, render_json
 from abbench.report.markdown import render_markdown
-from abbench.report.notes import fault_notes
+from abbench.report.notes import fault_notes, load_notes
 from abbench.report.table import Table, build_table
 from abbench.store.run import Run, open_run
 
@@ -28,8 +28,10 @@ def table_of(records: list[dict[str, Any]], meta: dict[str, Any], *,
     """The table of a run's records, as the run itself renders it: Pinpoint's rule
     leaves a round with a failed (arm, round) pair out of the comparison whole, and
     the notes say which pair failed and why."""
-    table = build_table(comparable_records(records, meta), meta, baseline=baseline, rows=rows)
+    kept = comparable_records(records, meta)
+    table = build_table(kept, meta, baseline=baseline, rows=rows)
     table.notes.extend(fault_notes(records, meta))
+    table.notes.extend(load_notes(kept))
     return table
 
 

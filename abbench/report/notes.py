@@ -161,3 +161,50 @@ def run_notes(meta: Mapping[str, Any]) -> list[str]:
     looks = ", ".join(str(lk["rounds"]) for lk in seq.get("looks", []))
     return [f"Rounds: --until-ci {seq['target'] * 100:g}% (max {seq['max_rounds']} rounds, "
             f"looks after rounds {looks or '–'}); stopped: {seq.get('stopped') or 'not yet'}."]
+
+
+def load_notes(records: list[dict[str, Any]]) -> list[str]:
+    """Lines about load workloads: how ITL was computed from the chunks, requests left
+    out of the percentiles, and the checks that the client was not the bottleneck."""
+    samples = [r for r in records if r.get("type") == "sample" and r.get("level")
+               and "collector" not in r]
+    if not samples:
+        return []
+    kept = {(s.get("slot"), s["workload"]) for s in samples}  # the compared server lives
+    reqs = [r for r in records if r.get("type") == "load_request" and not r.get("warmup")
+            and (r.get("slot"), r.get("workload")) in kept]
+    ok = [r for r in reqs if r.get("status") == "ok"]
+    out: list[str] = []
+    several = [r for r in ok if r.get("tokens_per_chunk") in ("spread", "reported")]
+    if several:
+        how = " and ".join(sorted({"counts the server sent" if r["tokens_per_chunk"] ==
+                                   "reported" else "counts inferred from the total"
+                                   for r in several}))
+        out.append(f"Load ITL: in {len(several)} of {len(ok)} requests some chunks carried "
+                   f"several tokens ({how}); each such chunk's gap was divided evenly over "
+                   "its tokens.")
+    elif ok:
+        out.append("Load ITL: every chunk carried one token; each gap between two chunks is "
+                   "one inter-token latency.")
+    bad = [r for r in reqs if r.get("status") != "ok"]
+    if bad:
+        why: dict[str, int] = defaultdict(int)
+        for r in bad:
+            why[str(r.get("reason") or r.get("status"))] += 1
+        top = "; ".join(f"{md_escape(k)} (x{v})" for k, v in
+                        sorted(why.items(), key=lambda kv: -kv[1])[:3])
+        out.append(f"Load requests left out of the percentiles: {len(bad)} of {len(reqs)} "
+                   f"failed or had the wrong length ({top}); each counts as a failed "
+                   "request and never towards goodput.")
+    busy = [s for s in samples if (s.get("client_cpu_share") or 0.0) > 0.8]
+    if busy:
+        worst = max(busy, key=lambda s: s["client_cpu_share"])
+        out.append(f"Warning: the load client used up to {worst['client_cpu_share'] * 100:.0f}% "
+                   f"of a core ({md_escape(worst['arm'])}, round {worst['round']}, "
+                   f"{md_escape(worst['workload'])}): it may have limited the load it sent.")
+    for s in samples:
+        rate, sent = s.get("rate"), s.get("sent_req_s")
+        if rate and sent and abs(sent / rate - 1) > 0.05 and s.get("valid"):
+            out.append(f"Warning: {md_escape(s['workload'])} ({md_escape(s['arm'])}, round "
+                       f"{s['round']}) sent {sent:.2f} req/s against {rate:g} asked for.")
+    return out

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from abbench.config.schema import Config, config_secret_values, format_context, format_cpus, scrub
+from abbench.config.schema import (
+    Arrival,
+    Config,
+    Workload,
+    config_secret_values,
+    format_context,
+    format_cpus,
+    scrub,
+)
 from abbench.model.schedule import Slot, position_counts
 
 
@@ -39,6 +47,11 @@ def describe_plan(cfg: Config, schedule: list[Slot], seed: int, *,
     lines.append("workloads:")
     per_life = 0
     for w in cfg.workloads:
+        if w.load is not None:
+            lines.append(f"  {_describe_load(w)}")
+            per_life += cfg.reps * sum(w.load.warmup_for(lv) + w.load.requests
+                                       for lv in w.load.levels())
+            continue
         ctx = ", ".join(format_context(c) for c in w.contexts)
         side = ""
         if w.side_calls:
@@ -67,3 +80,25 @@ def describe_plan(cfg: Config, schedule: list[Slot], seed: int, *,
                  f"{total * len(schedule)} in all over {len(schedule)} server lives")
     lines += [f"warning: {w}" for w in warnings or []]
     return "\n".join(lines)
+
+
+def _describe_load(w: Workload) -> str:
+    spec = w.load
+    assert spec is not None
+    if isinstance(spec.arrival, Arrival):
+        a = spec.arrival
+        cap = f", at most {a.max_concurrency} in flight" if a.max_concurrency else ""
+        how = f"open loop, {a.process} arrivals at " + ", ".join(
+            f"{r:g}" for r in a.rate) + f" req/s{cap}"
+    else:
+        how = "closed loop at concurrency " + ", ".join(str(c) for c in spec.concurrency or [])
+    warm = f"{spec.warmup} warm-up" if spec.warmup is not None else \
+        "as many warm-up as the concurrency" if not isinstance(spec.arrival, Arrival) \
+        else "1 warm-up"
+    slo = ""
+    if w.slo is not None:
+        slo = ", goodput SLO " + ", ".join(f"{k} <= {v:g}" for k, v in
+                                         w.slo.model_dump(exclude_none=True).items())
+    return (f"{w.title}: {how}; {spec.requests} requests per level ({warm}), "
+            f"{format_context(spec.prompt_tokens)} prompt + {spec.output_tokens} output "
+            f"tokens each, within {spec.timeout:g} s per server life{slo}")
