@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
@@ -177,3 +178,22 @@ def _why(e: requests.RequestException, what: str, timeout: float) -> str:
     if isinstance(e, requests.exceptions.ChunkedEncodingError):
         return f"connection failed: ChunkedEncodingError: {what}: the answer broke off"
     return f"connection failed: {type(e).__name__}: {what}: {clip(str(e), 200)}"
+
+
+# ------------------------------------------------------------------ load (asyncio)
+
+#: the session and error type of the load generator (abbench/workload/load.py): many
+#: streams on one event loop, where a thread per request would make the client the
+#: bottleneck
+AsyncSession = aiohttp.ClientSession
+AsyncClientError = aiohttp.ClientError
+
+
+def async_session(request_timeout: float) -> aiohttp.ClientSession:
+    """A session for one load level: no total deadline (the level bounds itself), a
+    read timeout per chunk, and a new connection per request (loopback: ~0.1 ms inside
+    TTFT): llama-server closes a connection after a streamed response, and a reused
+    closed one fails the request."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=request_timeout)
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)

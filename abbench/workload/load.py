@@ -25,11 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from abbench.config.schema import Arrival, LoadLevel, LoadSpec, Workload
 from abbench.errors import RequestError
 from abbench.model.load import aggregate, chunk_tokens
+from abbench.server.http import AsyncClientError, AsyncSession, async_session
 from abbench.workload.decode import Client, PromptMaker
 
 
@@ -158,7 +157,7 @@ class _Stream:
                 res.completion_tokens = int(timings["predicted_n"])
 
 
-async def _send(session: aiohttp.ClientSession, url: str, res: LoadResult) -> None:
+async def _send(session: AsyncSession, url: str, res: LoadResult) -> None:
     res.t_start = time.perf_counter()
     res.status, res.reason = "failed", "no response"
     stream = _Stream(res)
@@ -177,7 +176,7 @@ async def _send(session: aiohttp.ClientSession, url: str, res: LoadResult) -> No
         res.reason = e.message
     except asyncio.TimeoutError:
         res.reason = "no data for request_timeout seconds"
-    except aiohttp.ClientError as e:
+    except AsyncClientError as e:
         res.reason = f"connection failed: {type(e).__name__}: {e}"
     except asyncio.CancelledError:
         res.reason = "cut"
@@ -196,7 +195,7 @@ class LevelRun:
     cut: str | None = None
 
 
-async def _closed(session: aiohttp.ClientSession, url: str, results: list[LoadResult],
+async def _closed(session: AsyncSession, url: str, results: list[LoadResult],
                   concurrency: int) -> None:
     queue = iter(results)
 
@@ -207,7 +206,7 @@ async def _closed(session: aiohttp.ClientSession, url: str, results: list[LoadRe
     await asyncio.gather(*(worker() for _ in range(min(concurrency, len(results)))))
 
 
-async def _open(session: aiohttp.ClientSession, url: str, results: list[LoadResult],
+async def _open(session: AsyncSession, url: str, results: list[LoadResult],
                 t0: float, max_concurrency: int | None) -> None:
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
@@ -235,12 +234,7 @@ async def _open(session: aiohttp.ClientSession, url: str, results: list[LoadResu
 async def _level(url: str, results: list[LoadResult], *, concurrency: int | None,
                  max_concurrency: int | None, request_timeout: float, time_left: float,
                  stop: Callable[[], bool]) -> tuple[float, str | None]:
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=request_timeout)
-    # A new connection per request (loopback: ~0.1 ms inside TTFT): llama-server closes
-    # a connection after a streamed response, and a reused closed one fails the request.
-    connector = aiohttp.TCPConnector(limit=0, force_close=True)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout,
-                                     auto_decompress=False) as session:
+    async with async_session(request_timeout) as session:
         t0 = time.perf_counter()
         if concurrency is not None:
             main = asyncio.ensure_future(_closed(session, url, results, concurrency))
