@@ -132,6 +132,9 @@ class Handler(BaseHTTPRequestHandler):
                 ids = [1, *ids]
             self._json(200, {"tokens": ids})
             return
+        if self.path == "/flush_cache":  # like SGLang's: empties a cache it does not have
+            self._json(200, {"flushed": True})
+            return
         if self.path != "/v1/completions":
             self._json(404, {"error": "not found"})
             return
