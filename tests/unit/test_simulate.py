@@ -1,8 +1,11 @@
-"""The simulation study's own claims: its ceiling is the power of the best honest test,
-and a short study through the real schedule and statistics code gives sane rates."""
+"""The simulation study's own claims: its bounds are what they say, its faster helpers
+give the same comparisons as abbench.stats, its tables are what build_table and the
+--until-ci loop make from the same records, and a short study gives sane rates."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib.util
 import math
 import sys
@@ -10,6 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from abbench.campaign.until_ci import watched_comparisons
+from abbench.config.stats import StatsConfig
+from abbench.report import table as table_mod
+from abbench.report.table import build_table
+from abbench.stats import paired
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,26 +33,102 @@ def sim():
     return mod
 
 
-def test_ceiling_is_the_power_of_the_oracle_one_sided_test(sim):
-    """Monte Carlo of the Neyman-Pearson test (noise known, all rounds, one-sided 95%
-    bound beyond the band) hits the analytic ceiling."""
-    sc = sim.Scenario("2%", 0.02, "interleaved", 6, until_ci=0.005, max_rounds=12)
+def test_ceilings_are_the_power_of_the_one_sided_tests(sim):
+    """Monte Carlo of the Neyman-Pearson test (noise known, one-sided 95% bound beyond
+    the band) and of the one-sided t test hits the analytic ceilings."""
     rng = np.random.default_rng(5)
-    n, sigma, trials = 12, sc.sigma, 200_000
-    d = math.log1p(0.02) + rng.normal(0, sigma, (trials, n)) - rng.normal(0, sigma, (trials, n))
-    se = sigma * math.sqrt(2 / n)
-    lower = d.mean(axis=1) - 1.6448536 * se
-    oracle = float(np.mean(lower > math.log1p(0.01)))
-    assert sim.ceiling(sc) == pytest.approx(oracle, abs=0.005)
-    assert sim.ceiling(sc) < 0.80  # the issue's 80% is out of reach with 1% noise per arm
-    assert sim.ceiling(sim.Scenario("aa", 0.0, "interleaved", 10)) is None
+    n, sd_d, trials = 12, 0.01 * math.sqrt(2), 100_000
+    d = math.log1p(0.02) + rng.normal(0, sd_d, (trials, n))
+    band = math.log1p(0.01)
+    oracle = np.mean(d.mean(axis=1) - 1.6448536 * sd_d / math.sqrt(n) > band)
+    assert sim.ceiling(0.02, sd_d, n) == pytest.approx(oracle, abs=0.006)
+    t_lo = d.mean(axis=1) - 1.7958848 * d.std(axis=1, ddof=1) / math.sqrt(n)  # t 0.95, 11 df
+    assert sim.t_ceiling(0.02, sd_d, n) == pytest.approx(np.mean(t_lo > band), abs=0.006)
+    assert sim.t_ceiling(0.02, sd_d, n) < sim.ceiling(0.02, sd_d, n) < 0.80
+    assert sim.pattern_p(2) == pytest.approx(7 / 32)
+
+
+def _same(fast: paired.Comparison, slow: paired.Comparison) -> bool:
+    """Equal in every field; the CV and drift (warnings only) to 1e-9 (np.polyfit's
+    slope of constant values is 5e-15, not 0)."""
+    for name in ("cv", "drift"):
+        a, b = getattr(fast, name), getattr(slow, name)
+        if a.keys() != b.keys() or any(
+                (a[k] is None) != (b[k] is None)
+                or (b[k] is not None and not math.isclose(a[k], b[k], rel_tol=1e-9,
+                                                          abs_tol=1e-12)) for k in b):
+            return False
+    return dataclasses.replace(fast, cv={}, drift={}) == dataclasses.replace(slow, cv={},
+                                                                              drift={})
+
+
+def test_fast_paths_give_the_same_comparisons(sim):
+    rng = np.random.default_rng(11)
+    cases = []
+    for n in (2, 3, 5, 6, 8):
+        base = {r: 100 * math.exp(rng.normal(0, 0.01)) for r in range(n)}
+        cases += [
+            (base, {r: 100 * math.exp(rng.normal(0.015, 0.01)) for r in range(n)}),
+            (base, {r: v * (1.3 if r == 1 else 1.02) for r, v in base.items()}),  # outlier
+            ({r: 12480.0 for r in range(n)}, {r: 7458.0 for r in range(n)}),  # exact
+            ({r: 256.0 for r in range(n)}, {r: 256.0 for r in range(n)}),  # exact, equal
+        ]
+    for alpha in (0.05, 0.0125):
+        slow = [paired.compare(b, a, alpha=alpha) for b, a in cases]
+        with sim.fast_paths():
+            fast = [paired.compare(b, a, alpha=alpha) for b, a in cases]
+        assert all(_same(f, s) for f, s in zip(fast, slow, strict=True))
+    assert paired.rounds_to_decide is sim._ORIGINAL["rounds_to_decide"]  # put back
+
+
+def test_tables_are_what_build_table_and_until_ci_make(sim):
+    """The study's verdicts = build_table over the same values as stored records, and
+    its watched cells = abbench.campaign.until_ci's; the proposed verdicts read off a
+    campaign = compare_rows with the proposed compare(). (build_table runs with the
+    fast paths, which the test above checks, but once without: the real code's
+    rounds_to_decide and tied Wilcoxon take seconds.)"""
+    rng = np.random.default_rng(3)
+    settings = StatsConfig(alpha=0.05, noise_band=0.01, until_ci=0.01)
+    first = True
+    for layout, noise, n in ((sim.AA, sim.NOISES[4], 3), (sim.EXACT, sim.NOISES[2], 6),
+                             (sim.one_cell(0.02), sim.NORMAL, 4), (sim.USERS, sim.NORMAL, 2)):
+        for _ in range(2):
+            with sim.fast_paths():
+                o = sim.campaign(rng, layout, noise, n)
+            recs, meta = sim.records(layout, o.rows), sim.meta(layout)
+            with contextlib.nullcontext() if first else sim.fast_paths():
+                table = build_table(recs, meta, rows="all", settings=settings)
+            first = False
+            real = {(r.workload, r.metric, a): c.comparison for r in table.rows
+                    for a, c in r.cells.items() if a != layout.arms[0]}
+            mine = {(rd.workload, rd.metric, a): c for rd, a, c in o.cells()}
+            assert real.keys() == mine.keys()
+            assert all(_same(mine[k], real[k]) for k in real)  # type: ignore[arg-type]
+            with sim.fast_paths():
+                theirs = watched_comparisons(recs, meta, settings)
+                got = {(rd.workload, rd.metric, a): (c.verdict, c.p)
+                       for rd, a, c in sim.proposed_table(o)}
+            assert theirs == sim._watched(layout, o.rows, settings)
+            with sim.fast_paths("proposed"):
+                prop = build_table(recs, meta, rows="all", settings=settings)
+            want = {(r.workload, r.metric, a): (c.comparison.verdict, c.comparison.p)
+                    for r in prop.rows for a, c in r.cells.items()
+                    if a != layout.arms[0] and c.comparison is not None}
+            assert got == want
+    assert table_mod.compare is paired.compare
 
 
 def test_short_study_through_the_real_code(sim):
-    aa = sim.run_scenario(sim.Scenario("A/A", 0.0, "interleaved", 10), campaigns=200, seed=3)
-    assert aa.rounds_mean == 10 and aa.changed <= 0.02 and aa.coverage >= 0.9
-    seq = sim.run_scenario(sim.Scenario("AABB", 0.0, "sequential", 10), campaigns=100, seed=3)
-    assert seq.changed > 0.5 and seq.coverage < 0.1  # drift read as an effect
-    eff = sim.run_scenario(sim.Scenario("2%", 0.02, "interleaved", 6, until_ci=0.005,
-                                        max_rounds=24), campaigns=100, seed=3)
-    assert 6 < eff.rounds_mean <= 24 and eff.changed_right_sign > 0.6
+    both = ("current", "proposed")
+    aa = sim.study_scenario(sim.Scenario("A/A", 0.0, 10), both, campaigns=150, seed=3)
+    assert aa.rounds_mean == 10 and aa.changed["current"] <= 0.03 and aa.coverage >= 0.9
+    seq = sim.study_scenario(sim.Scenario("AABB", 0.0, 10, order="sequential"), ("current",),
+                             campaigns=60, seed=3)
+    assert seq.changed["current"] > 0.5 and seq.coverage < 0.1  # drift read as an effect
+    eff = sim.study_scenario(sim.Scenario("2%", 0.02, 6, until=0.005, cap=12), both,
+                             campaigns=60, seed=3)
+    assert 6 < eff.rounds_mean <= 12 and eff.right_sign["proposed"] > 0.5
+    exact = sim.study_exact(("current",), 5, 3, [2])
+    assert all(v[0] == 1.0 and v[1] == 1.0 for v in exact.values())  # decided, at n = 2
+    tables = sim.study_aa(("current",), 40, 3, [4])
+    assert all(rate <= 0.1 and rounds == 4 for rate, rounds in tables.values())
