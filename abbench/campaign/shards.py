@@ -146,7 +146,8 @@ def plan_campaign(cfg: Config, arms_file: Path, *, results: Path, rounds: int | 
             "config_path": camp["config_path"], "config_digest": camp["config_digest"],
             "arms": camp["arms"], "baseline": camp["baseline"], "rounds": n_rounds,
             "rounds_done": 0, "reps": cfg.reps, "table": camp["table"], "order": cfg.order,
-            "seed": seed, "schedule": [], "environment": {}, "servers": {},
+            "seed": seed, "schedule": [],
+            "environment": {"host": f"{n_shards} shards, not gathered yet"}, "servers": {},
             "campaign": {"shards": n_shards, "slurm": slurm_opts is not None}, "hosts": []}
     run = Run.create(results, meta, config_for_storage(cfg))
     (run.path / SHARDS_DIR).mkdir()

@@ -15,6 +15,7 @@ import pytest
 from scipy import stats as sps
 
 from abbench.campaign import gather as g
+from abbench.campaign import shards as shards_mod
 from abbench.campaign.environment import host_fingerprint, visible
 from abbench.campaign.runner import order_seed
 from abbench.campaign.shards import (
@@ -474,3 +475,60 @@ def test_cli_refuses(tmp_path: Path, args: list[str], text: str) -> None:
 def test_a_shards_nonce_sets_come_from_the_campaigns_seed() -> None:
     assert order_seed({"seed": 3}) == 3
     assert order_seed({"seed": 3, "order_seed": 9}) == 9  # a shard: the campaign's seed
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def start(self, total_slots: int) -> None: ...
+    def slot(self, index: int, arm: str, round_: int, what: str) -> None: ...
+    def finish(self) -> None: ...
+
+    def log(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def test_follow_until_every_task_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _campaign(tmp_path, slurm_opts=shards_mod.SlurmOptions())
+    camp = g.load_campaign(folder)
+    camp["submissions"] = [{"job": "7", "tasks": {"0": 0, "1": 1}}]
+    g.save_campaign(folder, camp)
+    polls = iter([
+        {0: "PENDING", 1: "PENDING"}, {0: "RUNNING", 1: "PENDING"},
+        {0: "COMPLETED", 1: "RUNNING"}, {0: "COMPLETED", 1: "UNKNOWN"},
+        {0: "COMPLETED", 1: "UNKNOWN"},  # UNKNOWN twice in a row: final
+    ])
+
+    def states(folder_: Path, camp_: dict) -> dict[int, dict]:
+        return {i: {"job": "7", "task": i, "state": s} for i, s in next(polls).items()}
+
+    monkeypatch.setattr(shards_mod, "task_states", states)
+    log = _Log()
+    final = shards_mod.follow(folder, progress=log, sleep=lambda s: None)
+    assert {i: s["state"] for i, s in final.items()} == {0: "COMPLETED", 1: "UNKNOWN"}
+    assert log.lines[0] == "shards: 2 pending; rounds done 0/4; ETA ?"
+    assert "shards: 1 completed, 1 unknown; rounds done 0/4" in log.lines[-1]
+    assert g.load_campaign(folder)["task_states"]["1"]["state"] == "UNKNOWN"
+
+
+def test_resume_submits_only_the_shards_left(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _campaign(tmp_path, rounds=6, shards=3, slurm_opts=shards_mod.SlurmOptions())
+    _shard(folder, 0, "gpu1")
+    _shard(folder, 1, "gpu2", upto=1)
+    camp = g.load_campaign(folder)
+    camp["submissions"] = [{"job": "7", "tasks": {"0": 0, "1": 1, "2": 2}}]
+    g.save_campaign(folder, camp)
+    submitted: list[list[int]] = []
+    monkeypatch.setattr(shards_mod, "task_states", lambda f, c: {
+        0: {"state": "COMPLETED"}, 1: {"state": "CANCELLED"}, 2: {"state": "RUNNING"}})
+    monkeypatch.setattr(shards_mod, "submit", lambda f, idx, camp=None: submitted.append(idx))
+    followed: list[Path] = []
+    monkeypatch.setattr(shards_mod, "follow", lambda f, **kw: followed.append(f))
+    log = _Log()
+    out = shards_mod.resume_campaign(folder, progress=log)
+    assert submitted == [[1]]  # 0 is complete, 2 still runs: followed, not submitted
+    assert followed == [folder]
+    assert "following shard(s) 2, still in Slurm" in " ".join(log.lines)
+    assert out.gathered.missing() == [1, 2]
