@@ -50,7 +50,7 @@ from abbench.model.metrics import spec
 from abbench.model.schedule import Order, make_schedule
 from abbench.report.table import Cell, Row, compare_rows, pick_rows
 from abbench.stats import paired
-from abbench.stats.paired import Comparison, watched
+from abbench.stats.paired import Comparison
 from abbench.stats.stopping import block_size, look_alpha, max_rounds, planned_looks, stop_reason
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "simulation.md"
@@ -241,7 +241,7 @@ def compared(layout: Layout, vals: Values, settings: StatsConfig) -> list[Row]:
 def _watched(layout: Layout, rows: list[Row], settings: StatsConfig) -> list[Comparison | None]:
     """The cells --until-ci watches: those of the rows the table shows (the default
     ``table:``), as abbench.campaign.until_ci.watched_comparisons picks them."""
-    return [cell.comparison for row in pick_rows(rows, TableConfig()) if watched(row.spec, settings)
+    return [cell.comparison for row in pick_rows(rows, TableConfig()) if not row.spec.denominator
             for arm, cell in row.cells.items() if arm != layout.arms[0]]
 
 
