@@ -103,6 +103,8 @@ def write_sweep(records: list[dict[str, Any]], meta: dict[str, Any], path: Path)
                         [(hi if hi is not None else y) - y for y, _, hi in ys]]
                 ax.errorbar([x for x, _, _ in xs], [y for y, _, _ in ys], xerr=xerr,
                             yerr=yerr, marker="o", capsize=3, label=labels.get(arm, arm))
+                if arm != next(iter(per_arm)):  # levels named once, beside the first arm's
+                    continue
                 for p, (x, _, _), (y, _, _) in zip(pts, xs, ys, strict=True):
                     ax.annotate(p.level, (x, y), textcoords="offset points", xytext=(4, 4),
                                 fontsize=8)

@@ -193,3 +193,27 @@ def test_notes_say_how_itl_was_computed_and_what_was_left_out() -> None:
         "Load ITL: every chunk carried one token; each gap between two chunks is one "
         "inter-token latency."]
     assert load_notes(one) == []
+
+
+def test_sweep_points_place_other_arms_by_their_paired_change(tmp_path) -> None:
+    from abbench.report.sweep import sweep_points, write_sweep
+
+    meta = {"id": "r", "arms": [{"name": "a"}, {"name": "b"}], "baseline": "a",
+            "schedule": [[r, p, arm] for r in range(6) for p, arm in enumerate("ab")]}
+    recs: list[dict] = []
+    for i, (r, _, arm) in enumerate(meta["schedule"]):
+        recs.append({"type": "slot", "slot": i, "arm": arm, "round": r, "status": "ok"})
+        for c, tok in ((1, 10.0), (4, 30.0)):
+            k = (1.1 * (1 + 0.005 * (-1) ** r) if arm == "b" else 1.0) * (1 + 0.01 * r)
+            recs.append({"type": "sample", "slot": i, "arm": arm, "round": r, "valid": True,
+                         "workload": f"load c={c}", "level": f"c={c}", "metrics": {
+                             "load_output_tok_s": tok * k, "load_ttft_p99_ms": 100.0 * c,
+                             "load_itl_p50_ms": 5.0 * c / k}})
+    pts = sweep_points(recs, meta)
+    assert list(pts) == ["load"] and [p.level for p in pts["load"]["a"]] == ["c=1", "c=4"]
+    x_a, lo, hi = pts["load"]["a"][1].values["load_output_tok_s"]
+    assert lo is None and hi is None
+    x_b, lo, hi = pts["load"]["b"][1].values["load_output_tok_s"]
+    assert x_b == pytest.approx(1.1 * x_a, rel=0.01) and lo < x_b < hi
+    assert write_sweep(recs, meta, tmp_path / "sweep.png") and (tmp_path / "sweep.png").exists()
+    assert not write_sweep([r for r in recs if r["type"] == "slot"], meta, tmp_path / "x.png")
