@@ -431,7 +431,7 @@ class Campaign:
             raise Interrupted("interrupted")
         self.record(rec)
         if rec["status"] == "failed":
-            silent = str(rec.get("reason", "")).startswith("no data for")
+            silent = "no data for" in str(rec.get("reason", ""))  # a request gone silent
             trouble = _server_trouble(server, arm_preset(arm).hang_probe_timeout_s,
                                       probe=silent)
             if trouble:
