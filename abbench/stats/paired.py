@@ -44,8 +44,9 @@ CV_WARN = 0.10
 def log_ratios(base: Mapping[int, float], arm: Mapping[int, float]) -> tuple[list[int], np.ndarray]:
     """Rounds both arms have, and d = ln(arm / base) for each."""
     rounds = sorted(set(base) & set(arm))
-    return rounds, np.log(np.array([arm[r] for r in rounds], dtype=float)
-                          / np.array([base[r] for r in rounds], dtype=float))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a 0 (goodput of none): no ratio
+        return rounds, np.log(np.array([arm[r] for r in rounds], dtype=float)
+                              / np.array([base[r] for r in rounds], dtype=float))
 
 
 @dataclass(frozen=True)
