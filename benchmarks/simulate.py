@@ -1,8 +1,8 @@
 """Simulation study of abbench's verdicts: do they hold what they promise?
 
-One command: ``.venv/bin/python benchmarks/simulate.py`` (a few minutes on one core);
-prints the tables and writes them into docs/simulation.md, below its ``<!-- tables -->``
-marker (the text above it is kept).
+One command: ``.venv/bin/python benchmarks/simulate.py`` (about four minutes of CPU on one
+core); prints the tables and writes them into docs/simulation.md from its marker comment
+on (:data:`MARKER`; the hand-written text above it is kept).
 
 Every campaign goes through the real code: the slot order from
 abbench.model.schedule.make_schedule (a fresh seed per campaign); every cell of a table
@@ -531,6 +531,9 @@ def proposed_from(c: Comparison, base: dict[int, float], arm: dict[int, float],
 
 #: with --until-ci, the share of alpha the proposed looks before the last may spend
 EARLY = 0.2
+#: False (--looks today): the proposed p with today's looks, alpha / K each and alpha at
+#: the end, to show why they need the split
+SPLIT = True
 
 
 def proposed_look_alphas(alpha: float, looks: int) -> tuple[float, float]:
@@ -543,6 +546,8 @@ def proposed_look_alphas(alpha: float, looks: int) -> tuple[float, float]:
     end add up to alpha / 2 + alpha / 2."""
     if looks <= 1:
         return alpha, alpha
+    if not SPLIT:
+        return alpha / looks, alpha
     return EARLY * alpha / (looks - 1), (1 - EARLY) * alpha
 
 
@@ -1057,8 +1062,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=20261201)
     ap.add_argument("--stats", choices=["both", "current"], default="both",
                     help="current: the statistics as they are, without the proposed change")
+    ap.add_argument("--looks", choices=["split", "today"], default="split",
+                    help="today: the proposed p with today's --until-ci looks (alpha / K each, "
+                    "alpha at the end), not the split of proposed_look_alphas")
     ap.add_argument("--no-write", action="store_true", help="do not write docs/simulation.md")
     args = ap.parse_args()
+    global SPLIT
+    SPLIT = args.looks == "split"
     stats: tuple[Stats, ...] = ("current", "proposed") if args.stats == "both" \
         else (args.stats,)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -1072,11 +1082,16 @@ def main() -> None:
     cmd = "`.venv/bin/python benchmarks/simulate.py" + (
         f" --campaigns {args.campaigns}" if args.campaigns != 1000 else "") + (
         f" --seed {args.seed}" if args.seed != 20261201 else "") + (
-        f" --stats {args.stats}" if args.stats != "both" else "") + "`"
-    doc = DOCS.read_text() if DOCS.exists() else "# Simulation study of the verdicts\n\n"
+        f" --stats {args.stats}" if args.stats != "both" else "") + (
+        f" --looks {args.looks}" if args.looks != "split" else "") + "`"
+    write_doc(DOCS, text, f"Command: {cmd} ({cpu:.0f} s CPU on one core)")
+
+
+def write_doc(path: Path, tables: str, command: str) -> None:
+    """Replace everything from the marker on; keep the hand-written text above it."""
+    doc = path.read_text() if path.exists() else "# Simulation study of the verdicts\n\n"
     head, _sep, _rest = doc.partition(MARKER)
-    DOCS.write_text(f"{head.rstrip()}\n\n{MARKER}\n\nCommand: {cmd} ({cpu:.0f} s CPU on one "
-                    f"core)\n\n{text}\n")
+    path.write_text(f"{head.rstrip()}\n\n{MARKER}\n\n{command}\n\n{tables}\n")
 
 
 if __name__ == "__main__":

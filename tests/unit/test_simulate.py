@@ -135,3 +135,12 @@ def test_short_study_through_the_real_code(sim):
     assert all(v[0] == 1.0 and v[1] == 1.0 for v in exact.values())  # decided, at n = 2
     tables = sim.study_aa(("current",), lambda nz, n: 40, 3, [4])
     assert all(rate <= 0.1 and rounds == 4 for rate, rounds in tables.values())
+
+
+def test_the_doc_keeps_its_text_above_the_marker(sim, tmp_path):
+    doc = tmp_path / "simulation.md"
+    doc.write_text(f"# Title\n\nhand-written\n\n{sim.MARKER}\n\nold tables\n")
+    sim.write_doc(doc, "new tables", "Command: x")
+    want = f"# Title\n\nhand-written\n\n{sim.MARKER}\n\nCommand: x\n\nnew tables\n"
+    assert doc.read_text() == want
+    assert (ROOT / "docs" / "simulation.md").read_text().count(sim.MARKER) == 1
