@@ -1,8 +1,8 @@
 """Simulation study of abbench's verdicts: do they hold what they promise?
 
-One command: ``.venv/bin/python benchmarks/simulate.py`` (a few minutes on one core);
-prints the tables and writes them into docs/simulation.md, below its ``<!-- tables -->``
-marker (the text above it is kept).
+One command: ``.venv/bin/python benchmarks/simulate.py`` (about four minutes of CPU on one
+core); prints the tables and writes them into docs/simulation.md from its marker comment
+on (:data:`MARKER`; the hand-written text above it is kept).
 
 Every campaign goes through the real code: the slot order from
 abbench.model.schedule.make_schedule (a fresh seed per campaign); every cell of a table
@@ -35,7 +35,7 @@ import functools
 import math
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -251,9 +251,11 @@ HELD = "outlier rounds in d"  # the start of compare()'s cross-check warning
 
 def campaign(rng: np.random.Generator, layout: Layout, noise: Noise, rounds: int, *,
              order: Order = "interleaved", until: float | None = None,
-             cap: int | None = None) -> Outcome:
+             cap: int | None = None, stats: Stats = "current") -> Outcome:
     """One campaign of ``rounds`` planned rounds; with ``until`` the --until-ci loop of
-    abbench.campaign.until_ci (its stop rule, cap, per-look alpha and blocks)."""
+    abbench.campaign.until_ci (its stop rule, cap, per-look alpha and blocks). With
+    ``stats="proposed"`` the looks spend alpha as :func:`proposed_look_alphas` says (the
+    caller installs the proposed compare(): :func:`fast_paths`)."""
     arms = list(layout.arms)
     seed = int(rng.integers(1, 2**31))
     settings = StatsConfig(alpha=ALPHA, noise_band=BAND, until_ci=until, max_rounds=cap)
@@ -265,8 +267,11 @@ def campaign(rng: np.random.Generator, layout: Layout, noise: Noise, rounds: int
     done, used = rounds, len(slots)
     if until is None:
         return Outcome(done, compared(layout, vals, settings), layout)
-    alpha_k = look_alpha(settings, len(planned_looks(done, limit, len(arms))))
+    looks = len(planned_looks(done, limit, len(arms)))
+    alpha_k, alpha_end = proposed_look_alphas(ALPHA, looks) if stats == "proposed" \
+        else (look_alpha(settings, looks), ALPHA)
     spent_settings = settings.model_copy(update={"alpha": alpha_k})
+    end_settings = settings.model_copy(update={"alpha": alpha_end})
     while True:
         rows = compared(layout, vals, settings)
         nominal = _watched(layout, rows, settings)
@@ -278,6 +283,8 @@ def campaign(rng: np.random.Generator, layout: Layout, noise: Noise, rounds: int
                for c in nominal):
             spent = _watched(layout, compared(layout, vals, spent_settings), spent_settings)
         if stop_reason(nominal, spent, target=until, rounds_done=done, cap=limit):
+            if alpha_end != ALPHA:  # the report's verdicts, at the last look's alpha
+                rows = compared(layout, vals, end_settings)
             return Outcome(done, rows, layout)
         add = min(block_size(done, len(arms)), limit - done)
         block = make_schedule(arms, add, order, seed, first_round=done, first_index=used)
@@ -522,6 +529,28 @@ def proposed_from(c: Comparison, base: dict[int, float], arm: dict[int, float],
                    rounds_needed=None if verdict == "changed" else c.rounds_needed or c.n + 1)
 
 
+#: with --until-ci, the share of alpha the proposed looks before the last may spend
+EARLY = 0.2
+#: False (--looks today): the proposed p with today's looks, alpha / K each and alpha at
+#: the end, to show why they need the split
+SPLIT = True
+
+
+def proposed_look_alphas(alpha: float, looks: int) -> tuple[float, float]:
+    """--until-ci under the proposed p: Bonferroni over the looks, so that the chance of
+    a false "changed" at the band's edge stays at alpha. The looks before the last share
+    EARLY x alpha (a stop on verdicts there needs every watched cell decided at
+    EARLY x alpha / (looks - 1)), and the report (the last look: the cap, or a stop on
+    width) decides at the rest, (1 - EARLY) x alpha. Today's rule needs no split: its
+    95% interval has size alpha / 2 at the edge, so alpha / K per look and alpha at the
+    end add up to alpha / 2 + alpha / 2."""
+    if looks <= 1:
+        return alpha, alpha
+    if not SPLIT:
+        return alpha / looks, alpha
+    return EARLY * alpha / (looks - 1), (1 - EARLY) * alpha
+
+
 def proposed_table(o: Outcome) -> list[tuple[RowDef, str, Comparison]]:
     """The proposed verdicts of a campaign's final table, from its comparisons:
     :func:`proposed_from` per cell, then adjust() over them all (= compare_rows with
@@ -579,7 +608,8 @@ def run_campaigns(stats: Stats, campaigns: int, seed: int, layout: Layout, noise
                   rounds: int, **kw: Any) -> list[Outcome]:
     rng = rng_for(seed, layout, noise, rounds, sorted(kw.items()))
     with fast_paths(stats):
-        return [campaign(rng, layout, noise, rounds, **kw) for _ in range(campaigns)]
+        return [campaign(rng, layout, noise, rounds, stats=stats, **kw)
+                for _ in range(campaigns)]
 
 
 Cells = list[tuple[RowDef, str, Comparison]]
@@ -641,39 +671,53 @@ class Scenario:
     effect: float
     rounds: int  # planned rounds (the first look with --until-ci)
     sigma: float = 0.01  # of each arm's per-round value
+    drift: float = 0.05  # across the campaign (the cap with --until-ci)
     order: Order = "interleaved"
     until: float | None = None
     cap: int | None = None
     goal: str = ""
+    #: campaigns, as a multiple of --campaigns (default: 3 at fixed rounds, 1.25 with
+    #: --until-ci)
+    weight: float = 0.0
 
     @property
     def noise(self) -> Noise:
-        return Noise(f"normal {self.sigma:g}, drift +5%", sigma=self.sigma, drift=0.05)
+        return Noise(f"normal {self.sigma:g}, drift {self.drift:g}", sigma=self.sigma,
+                     drift=self.drift)
 
     @property
     def n_max(self) -> int:
         return self.cap or self.rounds
 
 
+LEVEL = "changed <= 5% (the level at the band's edge)"
+NEAR = "within 5 points of the ceiling"
 SCENARIOS = (
+    # kept from the first study (drift +5%)
     Scenario("A/A, 10 rounds", 0.0, 10, goal="t p < 0.05 ~ 5%; changed <= 5%; covers >= 93%"),
     Scenario("A/A, sequential (AABB), 10 rounds", 0.0, 10, order="sequential",
              goal="shows the bias of running A then B"),
-    Scenario("+1% (the band's edge), 4 rounds", 0.01, 4, goal="changed <= 5% (the level)"),
-    Scenario("+1% (the band's edge), 12 rounds", 0.01, 12, goal="changed <= 5% (the level)"),
-    Scenario("+2%, 12 rounds", 0.02, 12, goal="within 5 points of the ceiling"),
-    Scenario("+2%, 24 rounds", 0.02, 24, goal="within 5 points of the ceiling"),
-    Scenario("+2%, --until-ci 1%, cap 12", 0.02, 6, until=0.01, cap=12),
-    Scenario("+2%, --until-ci 0.5%, cap 12", 0.02, 6, until=0.005, cap=12,
-             goal="within 5 points of the ceiling"),
-    Scenario("+2%, --until-ci 0.5%, cap 24", 0.02, 6, until=0.005, cap=24,
-             goal="within 5 points of the ceiling"),
     Scenario("A/A, --until-ci 1%, cap 12", 0.0, 6, until=0.01, cap=12,
              goal="changed <= 5%; covers >= 93%"),
+    Scenario("+2%, --until-ci 1%, cap 12", 0.02, 6, until=0.01, cap=12),
     Scenario("+2%, log-ratio sd 1% (0.71% per arm), --until-ci 0.5%, cap 12", 0.02, 6,
              sigma=0.01 / math.sqrt(2), until=0.005, cap=12, goal=">= 80% within 12 rounds"),
     Scenario("A/A, log-ratio sd 1% (0.71% per arm), --until-ci 0.5%, cap 12", 0.0, 6,
              sigma=0.01 / math.sqrt(2), until=0.005, cap=12, goal="changed <= 5%"),
+    # the power goal (1% per arm, no drift) ...
+    Scenario("+2%, 12 rounds, no drift", 0.02, 12, drift=0.0, goal=NEAR),
+    Scenario("+2%, 24 rounds, no drift", 0.02, 24, drift=0.0, goal=NEAR),
+    Scenario("+2%, --until-ci 0.5%, cap 12, no drift", 0.02, 6, drift=0.0, until=0.005,
+             cap=12, goal=NEAR),
+    Scenario("+2%, --until-ci 0.5%, cap 24, no drift", 0.02, 6, drift=0.0, until=0.005,
+             cap=24, goal=NEAR),
+    # ... and the other side of it: at the band's edge "changed" is a false claim
+    Scenario("+1% (the band's edge), 4 rounds, no drift", 0.01, 4, drift=0.0, goal=LEVEL),
+    Scenario("+1% (the band's edge), 12 rounds, no drift", 0.01, 12, drift=0.0, goal=LEVEL),
+    Scenario("+1% (the band's edge), --until-ci 0.5%, cap 12, no drift", 0.01, 6, drift=0.0,
+             until=0.005, cap=12, goal=LEVEL, weight=3),
+    Scenario("+1% (the band's edge), --until-ci 0.5%, cap 24, no drift", 0.01, 6, drift=0.0,
+             until=0.005, cap=24, goal=LEVEL, weight=3),
 )
 
 
@@ -688,6 +732,7 @@ class ScenarioResult:
     within: float
     inconclusive: float
     coverage: float
+    campaigns: int
 
 
 def study_scenario(sc: Scenario, stats: Sequence[Stats], campaigns: int,
@@ -713,7 +758,7 @@ def study_scenario(sc: Scenario, stats: Sequence[Stats], campaigns: int,
         within=share([c.verdict == "within_noise" for c in cur]),
         inconclusive=share([c.verdict == "inconclusive" for c in cur]),
         coverage=share([c.lo is not None and c.hi is not None and c.lo <= truth <= c.hi
-                        for c in cur]))
+                        for c in cur]), campaigns=campaigns)
 
 
 #: the users' case: +2.8% at 0.5% "per-round sd", read both ways
@@ -752,15 +797,15 @@ def study_exact(stats: Sequence[Stats], campaigns: int, seed: int, ns: Sequence[
     return out
 
 
-def study_aa(stats: Sequence[Stats], campaigns: int, seed: int, ns: Sequence[int], *,
-             until: float | None = None, cap: int = 24
+def study_aa(stats: Sequence[Stats], campaigns: Callable[[Noise, int], int], seed: int,
+             ns: Sequence[int], *, until: float | None = None, cap: int = 24
              ) -> dict[tuple[str, int, Stats], tuple[float, float]]:
     """Share of A/A tables with any false "changed", and the mean rounds run."""
     out = {}
     for noise in NOISES:
         for n in ns:
             kw: dict[str, Any] = {"until": until, "cap": cap} if until is not None else {}
-            got = finals(stats, campaigns, seed, AA, noise, n, **kw)
+            got = finals(stats, campaigns(noise, n), seed, AA, noise, n, **kw)
             for s in stats:
                 out[noise.label, n, s] = (share([false_changed(c) for _n, c in got[s]]),
                                           float(np.mean([k for k, _c in got[s]])))
@@ -775,15 +820,26 @@ def pattern_p(n: int, arms: int = 3) -> float:
     return 2 * one * (1 - (1 - one) ** (arms - 1))
 
 
+STRICT = 4  # the stricter rule study_pattern also reads: alpha / 4 on noisy cells
+
+
 def study_pattern(stats: Sequence[Stats], campaigns: int, seed: int, n: int
-                  ) -> dict[Stats, float]:
+                  ) -> dict[str, float]:
     """Bimodal A/A tables of n rounds in which the pattern happened: exactly the data a
     real 9% change of an arm, seen in every round, gives (with the normal noise). How
     often each statistics says "changed" there; any procedure's A/A rate under bimodal
-    lives is at least pattern_p(n) times its own figure."""
+    lives is at least pattern_p(n) times its own figure. ``strict``: the current
+    statistics with noisy cells held to alpha / STRICT (their 1 - alpha / 4 interval
+    clear of the band and their adjusted p below alpha / 4), a candidate rule for
+    fewer than 4 rounds."""
     bimodal = next(nz for nz in NOISES if nz.levels)
     got = finals(stats, campaigns, seed, AA, replace(bimodal, pattern=True), n)
-    return {s: share([false_changed(cells) for _n, cells in got[s]]) for s in stats}
+    out: dict[str, float] = {s: share([false_changed(cells) for _n, cells in got[s]])
+                             for s in stats}
+    out["strict"] = share([any(c.verdict == "changed" and not c.exact and c.p is not None
+                               and c.p < ALPHA / STRICT for _rd, _a, c in cells)
+                           for _n, cells in got["current"]])
+    return out
 
 
 # ------------------------------------------------------------------ the tables
@@ -793,7 +849,7 @@ def _pc(x: float, digits: int = 1) -> str:
     return "–" if x is None or not math.isfinite(x) else f"{x * 100:.{digits}f}%"
 
 
-def _pair(d: dict[Stats, float], stats: Sequence[Stats]) -> str:
+def _pair(d: Mapping[str, float], stats: Sequence[str]) -> str:
     return " / ".join(_pc(d[s]) for s in stats)
 
 
@@ -807,24 +863,26 @@ class Counts:
 
     base: int
 
-    @property
-    def single(self) -> int:
-        return 4 * self.base
+    def single(self, sc: Scenario) -> int:
+        return max(10, int(self.base * (sc.weight or (3 if sc.until is None else 1.25))))
 
     @property
     def users(self) -> int:
         return self.base
 
-    def aa_fixed(self, n: int) -> int:
-        return max(20, self.base * 2 // 5 if n <= 8 else self.base // 5)
+    def aa_fixed(self, noise: Noise, n: int) -> int:
+        """More where the rate is near 5% (bimodal lives, few rounds)."""
+        if noise.levels and n <= 4:
+            return max(20, self.base * 3 // 2)
+        return max(20, self.base * 3 // 10 if n <= 8 else self.base // 10)
 
     @property
     def aa_until(self) -> int:
-        return max(20, self.base // 8)
+        return max(10, self.base // 20)
 
     @property
     def exact(self) -> int:
-        return max(10, self.base // 10)
+        return max(5, self.base // 20)
 
     @property
     def pattern(self) -> int:
@@ -832,7 +890,7 @@ class Counts:
 
 
 def render_aa(res: dict[tuple[str, int, Stats], tuple[float, float]], ns: Sequence[int],
-              stats: Sequence[Stats], counts: Callable[[int], int], until: bool) -> str:
+              stats: Sequence[Stats], counts: Callable[[Noise, int], int], until: bool) -> str:
     head = "| planned rounds | " if until else "| rounds | "
     lines = [head + " | ".join(nz.label for nz in NOISES) + " | campaigns |",
              "|---|" + "---|" * (len(NOISES) + 1)]
@@ -843,7 +901,10 @@ def render_aa(res: dict[tuple[str, int, Stats], tuple[float, float]], ns: Sequen
             if until:
                 rate += f" ({' / '.join(f'{res[nz.label, n, s][1]:.1f}' for s in stats)})"
             cells.append(rate)
-        lines.append(f"| {n} | " + " | ".join(cells) + f" | {counts(n)} |")
+        k = {counts(nz, n) for nz in NOISES}
+        many = "" if len(k) == 1 else " (" + ", ".join(
+            f"{nz.label} {counts(nz, n)}" for nz in NOISES if counts(nz, n) != min(k)) + ")"
+        lines.append(f"| {n} | " + " | ".join(cells) + f" | {min(k)}{many} |")
     return "\n".join(lines)
 
 
@@ -877,7 +938,8 @@ def render_users(res: dict[tuple[str, int, Stats], tuple[float, float]],
 def render_scenarios(rows: Sequence[ScenarioResult], stats: Sequence[Stats]) -> str:
     lines = ["| scenario | rounds (mean / max) | t test p < 0.05 | changed | changed, right "
              "sign | ceiling | t ceiling | within noise | inconclusive | 95% interval "
-             "covers the truth | goal |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "covers the truth | campaigns | goal |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         sc = r.sc
         sd_d = sc.sigma * math.sqrt(2)
@@ -887,7 +949,8 @@ def render_scenarios(rows: Sequence[ScenarioResult], stats: Sequence[Stats]) -> 
             f"{_pair(r.changed, stats)} | {_pair(r.right_sign, stats) if real else '–'} | "
             f"{_pc(ceiling(sc.effect, sd_d, sc.n_max)) if real else '–'} | "
             f"{_pc(t_ceiling(sc.effect, sd_d, sc.n_max)) if real else '–'} | "
-            f"{_pc(r.within)} | {_pc(r.inconclusive)} | {_pc(r.coverage)} | {sc.goal} |")
+            f"{_pc(r.within)} | {_pc(r.inconclusive)} | {_pc(r.coverage)} | {r.campaigns} | "
+            f"{sc.goal} |")
     return "\n".join(lines)
 
 
@@ -904,18 +967,17 @@ def run(campaigns: int, seed: int, stats: Sequence[Stats] = ("current", "propose
     def step(name: str) -> None:
         progress(f"{name} ({time.process_time() - t0:.0f} s CPU)")
 
-    out["scenarios"] = [study_scenario(sc, stats, k.single, seed) for sc in SCENARIOS]
+    out["scenarios"] = [study_scenario(sc, stats, k.single(sc), seed) for sc in SCENARIOS]
     step("single comparisons")
     out["users"] = study_users(stats, k.users, seed)
     step("the users' case")
     out["exact"] = study_exact(stats, k.exact, seed, exact_ns)
     step("exact rows")
-    aa: dict[tuple[str, int, Stats], tuple[float, float]] = {}
-    for n in fixed_ns:
-        aa.update(study_aa(stats, k.aa_fixed(n), seed, [n]))
+    aa = study_aa(stats, k.aa_fixed, seed, fixed_ns)
     out["aa_fixed"] = aa
     step("A/A tables, fixed rounds")
-    out["aa_until"] = study_aa(stats, k.aa_until, seed, until_ns, until=0.01, cap=24)
+    out["aa_until"] = study_aa(stats, lambda nz, n: k.aa_until, seed, until_ns, until=0.01,
+                               cap=24)
     step("A/A tables, --until-ci")
     out["pattern"] = {n: study_pattern(stats, k.pattern, seed, n) for n in (2, 3)}
     step("bimodal pattern")
@@ -927,8 +989,10 @@ def run(campaigns: int, seed: int, stats: Sequence[Stats] = ("current", "propose
         "",
         f"Each cell: {s} statistics. A table is 3 arms x (decode at 32K, 64K, 128K, sharing "
         "each server life's level, + peak VRAM, exact) = 8 cells, all A/A; the goal is at "
-        f"most 5% in every cell. Monte Carlo standard error near 5%: {_se(k.aa_fixed(2))} "
-        f"(rounds <= 8), {_se(k.aa_fixed(24))} (more).",
+        f"most 5% in every cell. Monte Carlo standard error near 5%: "
+        f"{_se(k.aa_fixed(NORMAL, 2))} at {k.aa_fixed(NORMAL, 2)} campaigns, "
+        f"{_se(k.aa_fixed(NORMAL, 24))} at {k.aa_fixed(NORMAL, 24)}, "
+        f"{_se(k.aa_fixed(NOISES[-1], 2))} at {k.aa_fixed(NOISES[-1], 2)}.",
         "",
         render_aa(aa, fixed_ns, stats, k.aa_fixed, until=False),
         "",
@@ -938,15 +1002,16 @@ def run(campaigns: int, seed: int, stats: Sequence[Stats] = ("current", "propose
         "adds balanced blocks of 3 rounds until every cell's half-width is at most 1%, every "
         "cell is decided at the per-look alpha, or 24 rounds.",
         "",
-        render_aa(out["aa_until"], until_ns, stats, lambda n: k.aa_until, until=True),
+        render_aa(out["aa_until"], until_ns, stats, lambda nz, n: k.aa_until, until=True),
         "",
         "## 3. Bimodal lives at 2 and 3 rounds: the bound",
         "",
-        "| rounds | P(pattern) | \"changed\" given the pattern (" + s + ") | bound on the A/A "
-        "rate (" + s + ") | largest \"changed\" given the pattern that meets 5% |",
+        "| rounds | P(pattern) | \"changed\" given the pattern (" + s + f" / alpha/{STRICT}) "
+        "| bound on the A/A rate (same) | the most \"changed\" given the pattern that can "
+        "meet 5% |",
         "|---|---|---|---|---|",
-        *[f"| {n} | {_pc(pattern_p(n))} | {_pair(pat[n], stats)} | "
-          f"{' / '.join(_pc(pattern_p(n) * pat[n][x]) for x in stats)} | "
+        *[f"| {n} | {_pc(pattern_p(n))} | {_pair(pat[n], [*stats, 'strict'])} | "
+          f"{' / '.join(_pc(pattern_p(n) * pat[n][x]) for x in [*stats, 'strict'])} | "
           f"{_pc(min(1.0, ALPHA / pattern_p(n)))} |" for n in (2, 3)],
         "",
         f"{k.pattern} campaigns per row, drawn from the bimodal A/A model given the pattern.",
@@ -973,12 +1038,14 @@ def run(campaigns: int, seed: int, stats: Sequence[Stats] = ("current", "propose
         "## 6. Single comparisons (two arms, one noisy row)",
         "",
         f"\"changed\" and \"changed, right sign\": {s}; the other columns: current. Noise "
-        "1% (log scale) on each arm's per-round value unless the row says otherwise, drift "
-        "+5% across the campaign (across the cap with --until-ci). Ceiling: the most often "
-        "any honest procedure can say \"changed\" within the rounds (the cap), knowing the "
-        "noise (Neyman-Pearson); t ceiling: the same for the most powerful unbiased test "
-        f"that must estimate the noise (the one-sided t test). {k.single} campaigns per "
-        f"row; Monte Carlo standard error near 75%: {_se(k.single, 0.75)}.",
+        "1% (log scale) on each arm's per-round value unless the row says otherwise; drift "
+        "+5% across the campaign (across the cap with --until-ci) unless it says no drift. "
+        "Ceiling: the most often any honest procedure can say \"changed\" within the rounds "
+        "(the cap), even knowing the noise (Neyman-Pearson); t ceiling: the power of the "
+        "one-sided t test at the band's edge, the most powerful unbiased test when the noise "
+        "is estimated from the rounds. Monte Carlo standard error near 75%: "
+        f"{_se(3 * k.base, 0.75)} at {3 * k.base} campaigns, {_se(5 * k.base // 4, 0.75)} at "
+        f"{5 * k.base // 4}; near 5%: {_se(3 * k.base)}, {_se(5 * k.base // 4)}.",
         "",
         render_scenarios(out["scenarios"], stats),
     ]
@@ -988,12 +1055,20 @@ def run(campaigns: int, seed: int, stats: Sequence[Stats] = ("current", "propose
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--campaigns", type=int, default=1000,
-                    help="campaigns per scenario: x4 for single comparisons, x0.4 / x0.2 for "
-                    "A/A tables at fixed rounds, x1/8 with --until-ci (default 1000)")
+                    help="campaigns per scenario (default 1000): x3 / x1.25 for single "
+                    "comparisons at fixed rounds / with --until-ci (x3 at the band's edge), "
+                    "x0.3 / x0.1 for A/A tables at up to / over 8 rounds, x1/20 for A/A "
+                    "tables with --until-ci and for exact rows")
     ap.add_argument("--seed", type=int, default=20261201)
-    ap.add_argument("--stats", choices=["both", "current", "proposed"], default="both")
+    ap.add_argument("--stats", choices=["both", "current"], default="both",
+                    help="current: the statistics as they are, without the proposed change")
+    ap.add_argument("--looks", choices=["split", "today"], default="split",
+                    help="today: the proposed p with today's --until-ci looks (alpha / K each, "
+                    "alpha at the end), not the split of proposed_look_alphas")
     ap.add_argument("--no-write", action="store_true", help="do not write docs/simulation.md")
     args = ap.parse_args()
+    global SPLIT
+    SPLIT = args.looks == "split"
     stats: tuple[Stats, ...] = ("current", "proposed") if args.stats == "both" \
         else (args.stats,)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -1007,11 +1082,16 @@ def main() -> None:
     cmd = "`.venv/bin/python benchmarks/simulate.py" + (
         f" --campaigns {args.campaigns}" if args.campaigns != 1000 else "") + (
         f" --seed {args.seed}" if args.seed != 20261201 else "") + (
-        f" --stats {args.stats}" if args.stats != "both" else "") + "`"
-    doc = DOCS.read_text() if DOCS.exists() else "# Simulation study of the verdicts\n\n"
+        f" --stats {args.stats}" if args.stats != "both" else "") + (
+        f" --looks {args.looks}" if args.looks != "split" else "") + "`"
+    write_doc(DOCS, text, f"Command: {cmd} ({cpu:.0f} s CPU on one core)")
+
+
+def write_doc(path: Path, tables: str, command: str) -> None:
+    """Replace everything from the marker on; keep the hand-written text above it."""
+    doc = path.read_text() if path.exists() else "# Simulation study of the verdicts\n\n"
     head, _sep, _rest = doc.partition(MARKER)
-    DOCS.write_text(f"{head.rstrip()}\n\n{MARKER}\n\nCommand: {cmd} ({cpu:.0f} s CPU on one "
-                    f"core)\n\n{text}\n")
+    path.write_text(f"{head.rstrip()}\n\n{MARKER}\n\n{command}\n\n{tables}\n")
 
 
 if __name__ == "__main__":

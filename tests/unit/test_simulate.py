@@ -46,6 +46,9 @@ def test_ceilings_are_the_power_of_the_one_sided_tests(sim):
     assert sim.t_ceiling(0.02, sd_d, n) == pytest.approx(np.mean(t_lo > band), abs=0.006)
     assert sim.t_ceiling(0.02, sd_d, n) < sim.ceiling(0.02, sd_d, n) < 0.80
     assert sim.pattern_p(2) == pytest.approx(7 / 32)
+    early, end = sim.proposed_look_alphas(0.05, 10)
+    assert 9 * early + end == pytest.approx(0.05)  # Bonferroni over the looks
+    assert sim.proposed_look_alphas(0.05, 1) == (0.05, 0.05)
 
 
 def _same(fast: paired.Comparison, slow: paired.Comparison) -> bool:
@@ -130,5 +133,14 @@ def test_short_study_through_the_real_code(sim):
     assert 6 < eff.rounds_mean <= 12 and eff.right_sign["proposed"] > 0.5
     exact = sim.study_exact(("current",), 5, 3, [2])
     assert all(v[0] == 1.0 and v[1] == 1.0 for v in exact.values())  # decided, at n = 2
-    tables = sim.study_aa(("current",), 40, 3, [4])
+    tables = sim.study_aa(("current",), lambda nz, n: 40, 3, [4])
     assert all(rate <= 0.1 and rounds == 4 for rate, rounds in tables.values())
+
+
+def test_the_doc_keeps_its_text_above_the_marker(sim, tmp_path):
+    doc = tmp_path / "simulation.md"
+    doc.write_text(f"# Title\n\nhand-written\n\n{sim.MARKER}\n\nold tables\n")
+    sim.write_doc(doc, "new tables", "Command: x")
+    want = f"# Title\n\nhand-written\n\n{sim.MARKER}\n\nCommand: x\n\nnew tables\n"
+    assert doc.read_text() == want
+    assert (ROOT / "docs" / "simulation.md").read_text().count(sim.MARKER) == 1
