@@ -96,7 +96,8 @@ def per_host_lines(cells: Sequence[CellRef]) -> list[str]:
         lines.append(f"| {md_escape(row)} | {md_escape(arm)} | {how} | " + " | ".join(texts)
                      + " |")
     lines += ["", "Each host's change over its own rounds (rounds in brackets); ⚑ flagged: "
-              "more than 3 standard errors from the other hosts. pooled: the hosts agree and "
+              "farther from the other hosts than 3 standard errors of a normal (a t "
+              "quantile with the within-host degrees of freedom). pooled: the hosts agree and "
               "the interval is the paired t over all rounds; random effects: they differ, "
               "and the interval is over hosts.", "", "</details>"]
     return lines

@@ -14,7 +14,8 @@ The rule, in one-way ANOVA terms (hosts as groups of rounds):
 - Cochran's Q = sum n_h (d_h - d)^2 / s^2 (= (k - 1) F), and its F test of "every
   host has the same ratio"; the between-host variance tau^2 by DerSimonian-Laird on
   those weights (the ANOVA estimator (MSB - MSW) / n when hosts have n rounds each);
-- when the F test finds the hosts to differ (p < :data:`HETEROGENEITY_ALPHA`): the
+- when the F test finds the hosts to differ (p < :data:`HETEROGENEITY_ALPHA`, 0.01), or
+  a host is flagged (below): the
   random-effects mean, weights 1 / (s^2 / n_h + tau^2), its Hartung-Knapp standard
   error (never below the DerSimonian-Laird one), and a t interval with k - 1 degrees
   of freedom: the number of hosts, not of rounds, sets its width;
@@ -25,7 +26,9 @@ The verdict rule is paired's: "changed" when the interval lies beyond the noise 
 (and survives Benjamini-Hochberg over the table in :func:`~abbench.stats.paired.adjust`),
 "within noise" inside it, "inconclusive" otherwise. A host is flagged by name when
 |d_h - mean of the others| exceeds :data:`FLAG_SE` standard errors of that difference
-(from the within-host variance) and half the noise band.
+(from the within-host variance; as a t quantile with that variance's degrees of
+freedom, so that a host that agrees is flagged as rarely as beyond 3 se of a normal,
+0.27%, however few rounds each host ran) and half the noise band.
 ``benchmarks/simulate_hosts.py`` checks false "changed", coverage and power of this
 rule against the alternatives (docs/simulation-hosts.md).
 """
@@ -43,13 +46,23 @@ from scipy import stats as sps
 from abbench.stats.paired import Comparison, Verdict, compare, log_ratios, t_interval
 
 #: the F test of "every host has the same ratio" at this level switches to random effects
-HETEROGENEITY_ALPHA = 0.05
+#: (low, so that hosts that agree keep the one-host interval, and its power, in 99% of
+#: campaigns; a host far off is caught by the flag as well: docs/simulation-hosts.md)
+HETEROGENEITY_ALPHA = 0.01
 #: a host whose mean log-ratio lies this many standard errors from the others' is flagged
+#: (normal-equivalent: the t quantile with the within-host df of the same tail, 0.27%)
 FLAG_SE = 3.0
+
+
+def flag_limit(df: int) -> float:
+    """How many standard errors flag a host when the within-host variance has ``df``
+    degrees of freedom: the t quantile whose two-sided tail is that of FLAG_SE normal se
+    (3.0 for many rounds; 4.3 with 8 df, 3.6 with 14)."""
+    return float(sps.t.ppf(sps.norm.cdf(FLAG_SE), df))
 
 Method = Literal["pooled", "random"]
 #: which interval: ``auto`` (the rule above), or always one of the two (for the study)
-Rule = Literal["auto", "ftest", "pooled", "random", "dl"]
+Rule = Literal["auto", "pooled", "random", "dl"]
 
 
 @dataclass(frozen=True)
@@ -112,7 +125,7 @@ def _z(x: np.ndarray, others: np.ndarray, s2: float | None) -> tuple[float, floa
     return diff, 0.0 if diff == 0 else math.copysign(math.inf, diff)
 
 
-def _flags(groups: dict[str, np.ndarray], s2: float | None, floor: float
+def _flags(groups: dict[str, np.ndarray], s2: float | None, floor: float, limit: float
            ) -> tuple[HostEstimate, ...]:
     """Each host against the others. Flagged hosts leave "the others" one at a time,
     the farthest first, so that one host far off does not make a normal one look off
@@ -126,7 +139,7 @@ def _flags(groups: dict[str, np.ndarray], s2: float | None, floor: float
     while s2 is not None and len(pool) >= 2:
         scores = {h: far(h, pool) for h in pool}
         off = {h: (abs(z), abs(diff)) for h, (diff, z) in scores.items()
-               if z is not None and abs(z) > FLAG_SE and abs(diff) > floor}
+               if z is not None and abs(z) > limit and abs(diff) > floor}
         if not off:
             break
         if len(pool) == 2:
@@ -149,8 +162,9 @@ def host_interval(d: Sequence[float] | np.ndarray, hosts: Sequence[str], *, alph
     """The interval of the mean log-ratio over hosts (see the module docstring).
 
     ``rule``: ``auto`` switches to random effects when the F test finds the hosts to
-    differ; ``pooled`` and ``random`` force one interval; ``dl`` switches whenever
-    DerSimonian-Laird's tau^2 is above 0 (the simulation compares them).
+    differ (p < ``heterogeneity_alpha``) or a host is flagged; ``pooled`` and ``random``
+    force one interval; ``dl`` switches whenever DerSimonian-Laird's tau^2 is above 0
+    (the simulation compares them).
     ``flag_floor``: a flagged host must also lie this far (log scale) from the others."""
     x = np.asarray(d, dtype=float)
     groups = _groups(x, hosts)
@@ -158,7 +172,8 @@ def host_interval(d: Sequence[float] | np.ndarray, hosts: Sequence[str], *, alph
     dfw = n_total - k
     ssw = float(sum(((v - v.mean()) ** 2).sum() for v in groups.values()))
     s2 = ssw / dfw if dfw > 0 else None
-    est = _flags(groups, s2, flag_floor) if k >= 2 else tuple(
+    est = _flags(groups, s2, flag_floor, flag_limit(dfw) if dfw > 0 else math.inf) \
+        if k >= 2 else tuple(
         HostEstimate(h, int(v.size), float(v.mean()), None, None, False)
         for h, v in groups.items())
     pooled = t_interval(x, alpha)
@@ -190,8 +205,7 @@ def host_interval(d: Sequence[float] | np.ndarray, hosts: Sequence[str], *, alph
         w = n / s2
         tau2 = max(0.0, (q - (k - 1)) / float(w.sum() - (w ** 2).sum() / w.sum()))
     switch = {"auto": q_p < heterogeneity_alpha or any(h.flagged for h in est),
-              "ftest": q_p < heterogeneity_alpha, "pooled": False, "random": True,
-              "dl": tau2 > 0}[rule]
+              "pooled": False, "random": True, "dl": tau2 > 0}[rule]
     if not switch:
         return as_pooled(q, q_p, tau2)
     wr = 1.0 / (s2 / n + tau2)  # s2 and tau2 are not both 0 here
@@ -261,6 +275,7 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
                    hosts: Mapping[int, str], *, direction: str = "higher",
                    alpha: float = 0.05, noise_band: float = 0.01, base_name: str = "baseline",
                    arm_name: str = "arm", rule: Rule = "auto",
+                   heterogeneity_alpha: float = HETEROGENEITY_ALPHA,
                    paired: Comparison | None = None) -> Comparison | None:
     """One cell with hosts as blocks; ``hosts``: round -> host. With rounds of one host
     only, exactly :func:`~abbench.stats.paired.compare` (``paired``: that comparison,
@@ -273,7 +288,8 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
     if c is None or len(set(names)) < 2:
         return c
     band = math.log1p(noise_band)
-    hi = host_interval(d, names, alpha=alpha, rule=rule, flag_floor=band / 2)
+    hi = host_interval(d, names, alpha=alpha, rule=rule, flag_floor=band / 2,
+                       heterogeneity_alpha=heterogeneity_alpha)
     copy: dict[str, Any] = {f.name: getattr(c, f.name) for f in fields(Comparison)}
     k = len(hi.hosts)
     tau_s = f"tau {math.sqrt(hi.tau2) * 100:.2f}%"

@@ -34,6 +34,7 @@ from abbench.report.markdown import render_markdown
 from abbench.stats.blocks import (
     BlockComparison,
     compare_blocks,
+    flag_limit,
     host_interval,
     round_hosts,
 )
@@ -137,7 +138,13 @@ def test_a_host_unlike_the_others_is_flagged_and_widens_the_interval() -> None:
     t = t_interval(d)
     assert hi.hi - hi.lo > t.hi - t.lo
     z = {h.host: h.z for h in hi.hosts}
-    assert z["h0"] is not None and z["h0"] < -3
+    assert z["h0"] is not None and z["h0"] < -flag_limit(12)
+
+
+def test_the_flag_limit_is_a_t_quantile() -> None:
+    assert flag_limit(10**6) == pytest.approx(3.0, abs=1e-3)
+    assert flag_limit(8) == pytest.approx(sps.t.ppf(sps.norm.cdf(3.0), 8))
+    assert 4.2 < flag_limit(8) < 4.3 and 3.6 < flag_limit(14) < 3.7
 
 
 def test_two_hosts_that_disagree_are_both_named() -> None:
