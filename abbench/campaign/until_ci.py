@@ -14,7 +14,14 @@ from abbench.config.stats import StatsConfig
 from abbench.model.schedule import Slot, make_schedule
 from abbench.report.table import build_table
 from abbench.stats.paired import Comparison
-from abbench.stats.stopping import block_size, look_alpha, max_rounds, planned_looks, stop_reason
+from abbench.stats.stopping import (
+    block_size,
+    half_width_95,
+    look_alphas,
+    max_rounds,
+    planned_looks,
+    stop_reason,
+)
 from abbench.store.run import Run
 
 
@@ -45,19 +52,20 @@ def planned_and_more(cfg: Config, run: Run, schedule: list[Slot], seed: int,
     done = len({r for r, _pos, _arm in planned})
     next_round = max((r for r, _pos, _arm in planned), default=-1) + 1
     cap = max_rounds(settings, done)
-    alpha_k = look_alpha(settings, len(planned_looks(done, cap, len(cfg.arm_names))))
+    alpha_k, alpha_end = look_alphas(settings, len(planned_looks(done, cap, len(cfg.arm_names))))
+    at_end = settings.model_copy(update={"alpha": alpha_end})
     looks: list[dict[str, Any]] = []
     next_index = len(planned)
     while True:
         meta = run.meta()
         records = run.records()
-        nominal = watched_comparisons(records, meta, settings)
+        nominal = watched_comparisons(records, meta, at_end)
         spent = watched_comparisons(records, meta, settings.model_copy(update={"alpha": alpha_k}))
         reason = stop_reason(nominal, spent, target=target, rounds_done=done, cap=cap)
-        widths = [c.half_width for c in nominal if c is not None and c.half_width is not None]
+        widths = [half_width_95(c) for c in nominal if c is not None]
         looks.append({"rounds": done, "max_half_width": max(widths) if widths else None})
         state = {"target": target, "max_rounds": cap, "alpha_per_look": alpha_k,
-                 "looks": looks, "stopped": reason}
+                 "alpha_report": alpha_end, "looks": looks, "stopped": reason}
         if reason is not None:
             run.update_meta(until_ci=state)
             progress.log(f"until-ci: stopped after {done} rounds: {reason}")

@@ -63,8 +63,9 @@ def noise_floor(table: Table, *, effect: float, settings: StatsConfig | None = N
         if sigma is not None:
             need = rounds_needed(sigma, math.log1p(effect), alpha=s.alpha)
             if effect > band:
+                # "changed" is a one-sided test at alpha at the band's edge
                 need_ch = rounds_needed(sigma, math.log1p(effect) - math.log1p(band),
-                                        alpha=s.alpha)
+                                        alpha=2 * s.alpha)
         ends = [abs(x) for x in (c.t_lo, c.t_hi) if x is not None and math.isfinite(x)]
         out.append(Floor(row=row.label, metric=row.metric, n=c.n, sigma=sigma,
                          change=c.change, lo=c.t_lo, hi=c.t_hi, half_width=c.half_width,
@@ -84,7 +85,8 @@ def render_calibration(floors: list[Floor], *, arm: str, effect: float,
                        settings: StatsConfig | None = None) -> str:
     s = settings or StatsConfig()
     lines = [f"A/A calibration of arm `{arm}` (the arm against its identical twin):", "",
-             "| row | n | sd of ln(twin/arm) per round | A/A change [95% interval] | "
+             "| row | n | sd of ln(twin/arm) per round | A/A change "
+             f"[{(1 - 2 * s.alpha) * 100:g}% interval] | "
              f"half-width | verdict | rounds for {effect * 100:g}% (p<{s.alpha:g}, 80% power)"
              f" | rounds for 'changed' at {effect * 100:g}% | suggested band |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -95,8 +97,9 @@ def render_calibration(floors: list[Floor], *, arm: str, effect: float,
             f"{_p(f.hi, True)}] | {_p(half)} | {f.verdict} | {f.rounds_for_effect or '–'} | "
             f"{f.rounds_for_changed or '–'} | {_p(f.suggested_band)} |")
     lines += ["", "Rounds use n = ((t(1-alpha/2) + t(0.8)) sigma / delta)^2 with t quantiles; "
-              "'changed' needs the interval beyond the noise band, so delta there is the "
-              "effect minus the band. The suggested band is the largest |end| of the A/A "
+              "'changed' is a one-sided test at alpha that the effect lies beyond the noise "
+              "band, so there delta is the effect minus the band and t(1-alpha) replaces "
+              "t(1-alpha/2). The suggested band is the largest |end| of the A/A "
               "interval: a smaller band would not call this A/A run within noise."]
     return "\n".join(lines) + "\n"
 

@@ -3,8 +3,8 @@
 For each load workload (rows ``load c=1``, ``load c=8``, ...), two panels: output
 tok/s against TTFT p99, and against ITL p50, one line per arm through its levels.
 The baseline sits at its mean over the rounds; every other arm at the baseline
-times (1 + its paired change), with the paired 95% interval of the change (the
-table's, before Holm's correction) as error bars on both axes. matplotlib is
+times (1 + its paired change), with the paired interval of the change (the
+table's, 90% at alpha 5%) as error bars on both axes. matplotlib is
 imported only when a plot is drawn.
 """
 
@@ -115,7 +115,7 @@ def write_sweep(records: list[dict[str, Any]], meta: dict[str, Any], path: Path)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
     fig.suptitle(f"abbench run {meta.get('id', '')}: other arms at the baseline x (1 + paired "
-                 "change), bars: its 95% interval (cut at 3x the largest point)", fontsize=9)
+                 "change), bars: its paired interval (cut at 3x the largest point)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

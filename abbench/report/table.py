@@ -87,9 +87,13 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
     """Every recorded (row, metric) compared, then split into the rows the table shows
     and the hidden rest. ``metrics``: show exactly these metrics' rows; ``rows="all"``:
     show every row; else the run's ``table:`` setting. ``settings``: how verdicts are
-    decided; default the run's stored ``stats``."""
+    decided; default the run's stored ``stats``, at the report's alpha of an --until-ci
+    run (:func:`abbench.stats.stopping.look_alphas`)."""
     if settings is None:
         settings = StatsConfig.model_validate(meta.get("stats") or {})
+        alpha_report = (meta.get("until_ci") or {}).get("alpha_report")
+        if alpha_report is not None:
+            settings = settings.model_copy(update={"alpha": float(alpha_report)})
     arms = [a["name"] for a in meta["arms"]]
     labels = {a["name"]: a.get("label") or a["name"] for a in meta["arms"]}
     base = baseline or meta.get("baseline") or arms[0]

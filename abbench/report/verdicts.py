@@ -71,14 +71,16 @@ def legend_lines(table: Table) -> list[str]:
     alpha = comps[0].alpha
     bands = sorted({c.noise_band for c in comps})
     band_s = "/".join(f"±{b * 100:g}%" for b in bands)
+    level = f"{(1 - 2 * alpha) * 100:g}%"
     return [
         "Cells: each round's value (a / b), their range (min-max) or the one value every "
-        "round gave; (±x% [lo, hi]) is the change against the baseline with its 95% paired "
-        f"interval. ▲ better / ▼ worse: changed (the interval is beyond {band_s}, and "
-        f"Benjamini-Hochberg over the run's {m} compared cells keeps false \"changed\" "
-        f"under {alpha * 100:g}%); ≈ within noise (inside {band_s}); ? not decided yet "
-        "(about how many more rounds would decide it at the noise seen); exact: every round "
-        "gave the same value.",
+        f"round gave; (±x% [lo, hi]) is the change against the baseline with its {level} "
+        f"paired interval. ▲ better / ▼ worse: changed (beyond {band_s}: a one-sided test "
+        f"at the band's edge, p < {alpha * 100:g}% after Benjamini-Hochberg over the run's "
+        f"{m} compared cells, which keeps false \"changed\" under {alpha * 100:g}%; the "
+        f"interval then clears the band); ≈ within noise (the interval inside {band_s}); "
+        "? not decided yet (about how many more rounds would decide it at the noise seen); "
+        "exact: every round gave the same value.",
     ]
 
 

@@ -22,9 +22,11 @@ The rule, in one-way ANOVA terms (hosts as groups of rounds):
 - else the hosts agree: the paired t interval over all the rounds, exactly the one
   of a single host with as many rounds (:func:`abbench.stats.paired.compare`).
 
-The verdict rule is paired's: "changed" when the interval lies beyond the noise band
+The verdict rule is paired's: "changed" when the p of "beyond the band"
+(:func:`~abbench.stats.paired.p_beyond_band_se`, with the interval's df) is below alpha
 (and survives Benjamini-Hochberg over the table in :func:`~abbench.stats.paired.adjust`),
-"within noise" inside it, "inconclusive" otherwise. A host is flagged by name when
+"within noise" when the 1 - 2 alpha interval lies inside the band, "inconclusive"
+otherwise. A host is flagged by name when
 |d_h - mean of the others| exceeds :data:`FLAG_SE` standard errors of that difference
 (from the within-host variance; as a t quantile with that variance's degrees of
 freedom, so that a host that agrees is flagged as rarely as beyond 3 se of a normal,
@@ -43,7 +45,14 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as sps
 
-from abbench.stats.paired import Comparison, Verdict, compare, log_ratios, t_interval
+from abbench.stats.paired import (
+    Comparison,
+    Verdict,
+    compare,
+    log_ratios,
+    p_beyond_band_se,
+    t_interval,
+)
 
 #: the F test of "every host has the same ratio" at this level switches to random effects
 #: (low, so that hosts that agree keep the one-host interval, and its power, in 99% of
@@ -224,27 +233,17 @@ def host_interval(d: Sequence[float] | np.ndarray, hosts: Sequence[str], *, alph
     return HostInterval("random", mean, se, df, lo, hi, p, tau2, q, q_p, est)
 
 
-def p_beyond_band_se(mean: float, se: float, df: int, band: float) -> float:
-    """:func:`abbench.stats.paired.p_beyond_band` from a standard error and its df."""
-    if abs(mean) <= band:
-        return 1.0
-    if se == 0.0:
-        return 0.0
-    edge = band if mean >= 0 else -band
-    return float(min(1.0, 2 * sps.t.sf(abs(mean - edge) / se, df)))
-
-
 def hosts_to_decide(mean: float, host_var: float, band: float, *, alpha: float = 0.05,
                     max_hosts: int = 1000) -> int | None:
     """About how many hosts in all would decide a random-effects cell: the smallest H
-    whose t half-width t_{H-1} sqrt(host_var / H) clears the band's edge, where
+    whose 1 - 2 alpha t half-width t_{H-1} sqrt(host_var / H) clears the band's edge, where
     ``host_var`` is the variance of one host's mean (within-host noise over its rounds,
     plus tau^2). None when no H up to ``max_hosts`` would."""
     gap = abs(abs(mean) - band)
     if gap == 0 or not math.isfinite(host_var):
         return None
     for h in range(2, max_hosts + 1):
-        if float(sps.t.ppf(1 - alpha / 2, h - 1)) * math.sqrt(host_var / h) < gap:
+        if float(sps.t.ppf(1 - alpha, h - 1)) * math.sqrt(host_var / h) < gap:
             return h
     return None
 
@@ -288,7 +287,7 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
     if c is None or len(set(names)) < 2:
         return c
     band = math.log1p(noise_band)
-    hi = host_interval(d, names, alpha=alpha, rule=rule, flag_floor=band / 2,
+    hi = host_interval(d, names, alpha=2 * alpha, rule=rule, flag_floor=band / 2,
                        heterogeneity_alpha=heterogeneity_alpha)
     copy: dict[str, Any] = {f.name: getattr(c, f.name) for f in fields(Comparison)}
     k = len(hi.hosts)
@@ -310,7 +309,7 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
     p_band = p_beyond_band_se(hi.mean, hi.se, hi.df, band)
     need = None
     verdict: Verdict
-    if hi.lo > band or hi.hi < -band:
+    if p_band < alpha:
         verdict = "changed"
     elif hi.lo >= -band and hi.hi <= band:
         verdict = "within_noise"

@@ -4,19 +4,23 @@ Pure functions: arrays in, result objects out; :mod:`abbench.report.verdicts`
 renders them.
 
 For each round both arms ran, d = ln(arm / baseline) (reps already averaged
-within the round). The change is exp(mean d) - 1 with its paired t interval,
-valid from two rounds. Verdicts:
+within the round). The change is exp(mean d) - 1 with its paired t interval at
+1 - 2 alpha (90% at alpha 5%), valid from two rounds. Verdicts:
 
-- ``changed``: the whole interval lies outside the noise band, and the p of
-  "beyond the band" survives Benjamini-Hochberg over the table's cells;
-- ``within_noise``: the whole interval lies inside the band;
+- ``changed``: the p of "beyond the band" (the chance, were the effect at the
+  band's edge, of an estimate at least this far out on either side) is below alpha
+  and survives Benjamini-Hochberg over the table's cells; the interval then lies
+  wholly outside the noise band;
+- ``within_noise``: the whole interval lies inside the band (two one-sided tests
+  at alpha);
 - ``inconclusive``: neither; ``rounds_needed`` says about how many rounds would decide;
 - ``too_few_rounds``: one round, no interval.
 
 Rounds that agree exactly (memory in MiB, token counts) decide at n = 2. The
 Wilcoxon signed-rank test with the Hodges–Lehmann estimate is the distribution-free
 cross-check: it can hold back a verdict that rests on outlier rounds, never veto
-one that both estimates support.
+one that both estimates support. benchmarks/simulate.py checks every rule
+(docs/simulation.md).
 """
 
 from __future__ import annotations
@@ -234,47 +238,69 @@ def benjamini_hochberg(pvalues: Sequence[float]) -> list[float]:
     return out
 
 
+def p_beyond_band_se(mean: float, se: float, df: int, band: float) -> float:
+    """The p of "the effect lies beyond the band": were the effect at the band's edge
+    (+band or -band, whichever is nearer the estimate), the chance of an estimate at
+    least this far out on either side, t with ``df`` degrees of freedom:
+    t.sf((|mean| - band) / se) + t.sf((|mean| + band) / se). Below alpha it implies the
+    1 - 2 alpha interval clears the band; where the interval is wide (2 or 3 rounds)
+    the far tail keeps the size at alpha. 1 inside the band; se 0 gives 0 or 1."""
+    if abs(mean) <= band:
+        return 1.0
+    if se == 0.0:
+        return 0.0
+    if not math.isfinite(se) or df < 1:
+        return 1.0
+    a = abs(mean)
+    return float(min(1.0, sps.t.sf((a - band) / se, df) + sps.t.sf((a + band) / se, df)))
+
+
 def p_beyond_band(mean: float, sd: float, n: int, band: float) -> float:
-    """Two-sided-convention p of "the effect lies beyond the band": twice the
-    one-sided t-test p of mean(d) against the band edge on the estimate's side. The 95%
-    t interval lies wholly outside the band exactly when this is below 0.05. ``band``
-    and ``mean`` are on the log scale; sd 0 (every round the same log-ratio) gives 0 or 1."""
-    edge = band if mean >= 0 else -band
+    """:func:`p_beyond_band_se` of the mean of n log-ratios with sd ``sd`` (log scale);
+    sd 0 (every round the same log-ratio) gives 0 or 1."""
     if n < 2:
         return 1.0
-    if sd == 0.0:
-        return 0.0 if abs(mean) > band else 1.0
-    t = (mean - edge) / (sd / math.sqrt(n))
-    return float(min(1.0, 2 * sps.t.sf(abs(t), n - 1))) if abs(mean) > band else 1.0
+    return p_beyond_band_se(mean, sd / math.sqrt(n), n - 1, band)
+
+
+_N = np.arange(2, 10001)
+_SQRT_N = np.sqrt(_N)
+
+
+@functools.lru_cache(maxsize=16)
+def _t_quantiles(q: float) -> np.ndarray:
+    """t_{q, n-1} for n = 2 .. 10000."""
+    out = sps.t.ppf(q, _N - 1)
+    out.flags.writeable = False
+    return out
 
 
 def rounds_to_decide(mean: float, sd: float, band: float, *, alpha: float = 0.05,
                      max_n: int = 10000) -> int | None:
     """About how many rounds in all would decide a cell at this estimate and noise:
-    the smallest n whose t half-width clears the band (beyond it for "changed",
-    inside it for "within noise"); None when no n up to ``max_n`` would."""
+    the smallest n whose 1 - 2 alpha t half-width clears the band (beyond it for
+    "changed", inside it for "within noise"); None when no n up to ``max_n`` would."""
     gap = abs(abs(mean) - band)
     if not math.isfinite(sd) or gap == 0:
         return None
     if sd == 0:
         return 2
-    for n in range(2, max_n + 1):
-        if float(sps.t.ppf(1 - alpha / 2, n - 1)) * sd / math.sqrt(n) < gap:
-            return n
-    return None
+    m = min(max_n, int(_N[-1])) - 1
+    ok = np.flatnonzero(_t_quantiles(1 - alpha)[:m] * sd / _SQRT_N[:m] < gap)
+    return int(_N[ok[0]]) if ok.size else None
 
 
 @dataclass(frozen=True)
 class Comparison:
     """An arm against the baseline over the rounds both ran. Changes are fractions
-    (0.028 = +2.8%); ``lo``/``hi`` are the 95% paired t interval."""
+    (0.028 = +2.8%); ``lo``/``hi`` are the paired t interval at 1 - 2 alpha (90%)."""
 
     n: int
     verdict: Verdict
     change: float | None
     lo: float | None
     hi: float | None
-    #: half-width of the t interval on the log scale (what --until-ci compares)
+    #: half-width of that interval on the log scale (what --until-ci compares)
     half_width: float | None
     #: p of "beyond the band" after Benjamini-Hochberg over the table's cells
     p: float | None
@@ -322,13 +348,15 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     """The paired comparison of one cell, before the table's multiplicity adjustment
     (:func:`adjust`, which :func:`abbench.report.table.compare_rows` applies).
 
-    The verdict rests on the paired t interval of d = ln(arm / baseline), valid from
-    two rounds: "changed" when it lies wholly outside the noise band, "within noise"
-    when wholly inside, "inconclusive" otherwise. Rounds that agree exactly decide at
-    n = 2. The Wilcoxon signed-rank test with its Hodges-Lehmann interval is the
-    distribution-free cross-check: where d has outlier rounds and that interval
-    reaches into the band while the t interval clears it, the cell stays inconclusive
-    (with a warning); where both clear it, an outlier never vetoes the verdict.
+    The verdict rests on the paired t interval of d = ln(arm / baseline) at 1 - 2 alpha,
+    valid from two rounds: "changed" when the p of "beyond the band"
+    (:func:`p_beyond_band`) is below alpha, which puts the interval wholly outside the
+    band; "within noise" when the interval lies wholly inside; "inconclusive" otherwise.
+    Rounds that give the same log-ratio every time decide at n = 2 ("exact"). The
+    Wilcoxon signed-rank test with its Hodges-Lehmann interval (same level) is the
+    distribution-free cross-check: where d has outlier rounds and that interval reaches
+    into the band while the t test clears it, the cell stays inconclusive (with a
+    warning); where both clear it, an outlier never vetoes the verdict.
     """
     rounds, d = log_ratios(base, arm) if base and arm else ([], np.array([]))
     warnings: list[str] = []
@@ -349,27 +377,34 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     if not np.all(np.isfinite(d)):  # a value <= 0 (a count of 0): no ratio to compare
         return None
     outl["d"] = outlier_rounds(rounds, list(d), floor=math.log1p(noise_band) / 4)
-    t = t_interval(d, alpha)
-    w = wilcoxon_hl(d, alpha)
     band = math.log1p(noise_band)
-    exact = n >= 2 and t.sd == 0.0
+    # exact: every round the same log-ratio (the mean of n equal floats need not be
+    # that float, so the sd of d is no test of it)
+    exact = n >= 2 and bool(np.all(d == d[0]))
+    if exact:
+        m0 = float(d[0])
+        t = TResult(m0, 0.0, m0, m0, 1.0 if m0 == 0 else 0.0)
+        w = WilcoxonResult(m0, m0, m0, math.nan)  # decides nothing here: not run
+    else:
+        t = t_interval(d, 2 * alpha)
+        w = wilcoxon_hl(d, 2 * alpha)
     p_band = p_beyond_band(t.mean, t.sd, n, band)
     test = "exact (every round the same log-ratio)" if exact else "paired t on log-ratios"
     if n < 2:
         verdict: Verdict = "too_few_rounds"
-    elif t.lo > band or t.hi < -band:
+    elif p_band < alpha:
         verdict = "changed"
-        robust_clear = w.lo > band if t.lo > band else w.hi < -band
-        if outl["d"] and math.isfinite(w.lo) and not robust_clear:
+        robust_clear = w.lo > band if t.mean > 0 else w.hi < -band
+        if outl["d"] and not exact and math.isfinite(w.lo) and not robust_clear:
             verdict = "inconclusive"
             warnings.append("outlier rounds in d: the Hodges-Lehmann interval "
                             f"[{_frac(w.lo) * 100:+.1f}%, {_frac(w.hi) * 100:+.1f}%] reaches "
-                            "into the band while the t interval clears it")
+                            "into the band while the t test clears it")
     elif t.lo >= -band and t.hi <= band:
         verdict = "within_noise"
     else:
         verdict = "inconclusive"
-    if (t.p < alpha) != (w.p < alpha) and n >= 6:
+    if not exact and (t.p < alpha) != (w.p < alpha) and n >= 6:
         warnings.append(f"t-test p {t.p:.3g} and Wilcoxon p {w.p:.3g} disagree at alpha "
                         f"{alpha:g}")
     change = _frac(t.mean)
@@ -383,8 +418,8 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
         p=p_band, p_raw=p_band, test=test, alpha=alpha, noise_band=noise_band,
         better=(t.mean > 0) == (direction == "higher") if verdict == "changed" else None,
         sd_log=t.sd if math.isfinite(t.sd) else None, t_p=t.p, t_lo=_frac(t.lo),
-        t_hi=_frac(t.hi), wilcoxon_p=w.p, hl=_frac(w.hl), hl_lo=_frac(w.lo), hl_hi=_frac(w.hi),
-        exact=exact,
+        t_hi=_frac(t.hi), wilcoxon_p=None if exact else w.p, hl=_frac(w.hl),
+        hl_lo=_frac(w.lo), hl_hi=_frac(w.hi), exact=exact,
         rounds_needed=rounds_to_decide(t.mean, t.sd, band, alpha=alpha)
         if verdict in ("inconclusive", "too_few_rounds") else None,
         comparisons=1, outliers=outl, cv=cvs, drift=drifts, warnings=tuple(warnings))

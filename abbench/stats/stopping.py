@@ -1,14 +1,19 @@
 """The stopping rule of ``--until-ci``: when to look, at what alpha, and when to stop.
 
 The rule cannot inflate false "changed": a stop on width alone does not depend on
-where the estimate lies, and a stop on verdicts needs every watched cell decided at
-alpha / K (Bonferroni across the K looks the cap allows).
+where the estimate lies, and alpha is split across the looks (Bonferroni): a stop on
+verdicts before the last look needs every watched cell decided at
+:data:`EARLY` x alpha / (K - 1), and the report of the run decides at the rest,
+(1 - EARLY) x alpha (docs/simulation.md: the chance of a false "changed" at the band's
+edge stays under alpha, and power stays near the fixed-rounds test's).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+
+from scipy import stats as sps
 
 from abbench.config.stats import StatsConfig
 from abbench.stats.paired import Comparison
@@ -33,22 +38,42 @@ def planned_looks(first_rounds: int, cap: int, n_arms: int) -> list[int]:
     return looks
 
 
-def look_alpha(settings: StatsConfig, k_looks: int) -> float:
-    return settings.alpha / max(1, k_looks)
+#: the share of alpha the looks before the last may spend on a stop on verdicts
+EARLY = 0.2
+
+
+def look_alphas(settings: StatsConfig, k_looks: int) -> tuple[float, float]:
+    """(alpha of a stop on verdicts at a look before the last, alpha of the report)
+    for a campaign with ``k_looks`` looks; (alpha, alpha) with one look."""
+    if k_looks <= 1:
+        return settings.alpha, settings.alpha
+    return EARLY * settings.alpha / (k_looks - 1), (1 - EARLY) * settings.alpha
+
+
+def half_width_95(c: Comparison) -> float:
+    """The half-width of the cell's 95% t interval on the log scale, what ``--until-ci``
+    holds to its target (inf below 2 rounds). The report shows the narrower 1 - 2 alpha
+    interval; a stop on that width would come early more often where the rounds
+    happened to agree, and the width stop's small bias towards "changed" with it
+    (docs/simulation.md, §6)."""
+    if c.sd_log is None or c.n < 2 or not math.isfinite(c.sd_log):
+        return math.inf
+    return float(sps.t.ppf(0.975, c.n - 1)) * c.sd_log / math.sqrt(c.n)
 
 
 def stop_reason(nominal: Sequence[Comparison | None], spent: Sequence[Comparison | None], *,
                 target: float, rounds_done: int, cap: int) -> str | None:
     """Why to stop after this look, or None to add a block.
 
-    ``nominal``: the watched cells' comparisons at alpha (their widths);
+    ``nominal``: the watched cells' comparisons at the report's alpha (their 95% widths,
+    :func:`half_width_95`);
     ``spent``: the same at the per-look alpha (their verdicts).
     """
     if not nominal or any(c is None for c in nominal):
         return "no paired rounds to compare yet" if rounds_done >= cap else None
-    widths = [c.half_width for c in nominal if c is not None]
-    if all(w is not None and w <= math.log1p(target) for w in widths):
-        return f"every watched interval's half-width is at or under {target * 100:g}%"
+    widths = [half_width_95(c) for c in nominal if c is not None]
+    if all(w <= math.log1p(target) for w in widths):
+        return f"every watched 95% interval's half-width is at or under {target * 100:g}%"
     if spent and all(c is not None and c.verdict in ("changed", "within_noise") for c in spent):
         return "every watched cell has a verdict at the per-look alpha"
     if rounds_done >= cap:
