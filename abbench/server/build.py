@@ -18,11 +18,13 @@ Layout under the cache root (``$ABBENCH_CACHE``, default ``~/.cache/abbench``)::
 
     git/<source>-<hash of the repo>.git     bare mirror (git clone --mirror, then git fetch)
     git/<source>-<hash of the repo>.lock    flock for clone, fetch and worktree changes
-    src/<source>/                           {src}: the git worktree of the build under way,
-                                            detached at the commit, patches applied
+    src/<source>/                           {src} of the steps: the git worktree of the
+                                            build under way, detached at the commit,
+                                            patches applied
     src/<source>.lock                       flock: one build of a source at a time
     builds/<source>-<sha12>-<key12>/        one entry per build key
         build/      {build}: where the steps run and the artifacts are
+        src/        {src} of the arms: the worktree the build ran in, moved here after it
         build.log   every step's command, output, status and time
         last_used   touched each time the entry is used
         .complete   JSON marker, written last: key inputs, created, duration, artifacts
@@ -63,15 +65,22 @@ Decisions, for the record:
   ``CCACHE_NOHASHDIR=1``, and the ``{ccache}`` placeholder expands to ``ccache`` (else to
   nothing; an argv item that is exactly ``{ccache}`` is then dropped). Using it is the
   recipe's business (``-DCMAKE_C_COMPILER_LAUNCHER={ccache}``).
-* **One worktree path per source.** Each build gets a fresh ``git worktree`` of its patch
-  set, always at ``<cache>/src/<source>`` (builds of one source take turns; the worktree
-  is removed after a successful build and kept after a failed one, until the next
-  build). A fixed path is what lets two commits share compiled objects: ccache makes
-  the paths on a compiler's command line relative, but not the paths written *inside*
-  generated files, such as CMake's unity-build sources (``#include "/abs/src/x.cpp"``,
-  which llama.cpp's libllama uses). With a worktree per entry, every unity chunk would
-  miss. So ``{src}`` exists only while the steps run: artifacts must not need it later
-  (an editable Python install, for one, must become a normal install into ``{build}``).
+* **One worktree path per source while building, then kept with the entry.** Each
+  build gets a fresh ``git worktree`` of its patch set, always at ``<cache>/src/<source>``
+  (builds of one source take turns). A fixed path is what lets two commits share
+  compiled objects: ccache makes the paths on a compiler's command line relative, but
+  not the paths written *inside* generated files, such as CMake's unity-build sources
+  (``#include "/abs/src/x.cpp"``, which llama.cpp's libllama uses). With a worktree per
+  entry, every unity chunk would miss. After a successful build the worktree (as the
+  build left it) is moved into the entry (``git worktree move`` to ``<entry>/src``), so
+  the ``{src}`` an arm's ``start`` gets (a file of the source tree, a Python server run
+  from source) exists as long as the entry does; :func:`gc` removes it with the entry
+  and prunes the mirror's worktree records. A failed build's worktree stays at the
+  fixed path, for inspection, until the next build. An entry made before source trees
+  were kept gets a fresh checkout of its patch set on its next use (files its steps
+  wrote into the source tree are then absent). Artifacts that record the fixed path
+  (an editable Python install) break at the next build of that source: install into
+  ``{build}`` instead.
 * **Steps** run in ``{build}`` with the environment plus the source's ``env``,
   ``ABBENCH_SRC``, ``ABBENCH_BUILD`` and ``ABBENCH_JOBS``. An argv list has the
   placeholders ``{src}``, ``{build}``, ``{jobs}``, ``{ccache}`` replaced in each item; a
@@ -677,6 +686,11 @@ class BuiltArm:
         return self.dir / "build"
 
     @property
+    def src_dir(self) -> Path:
+        """``{src}`` of the arms: the source tree the build ran in, kept with the entry."""
+        return self.dir / "src"
+
+    @property
     def label(self) -> str:
         """e.g. ``master c443657a -1a2b3c4d +5e6f7a8b``: for a column head."""
         marks = {"revert": "-", "cherry-pick": "+"}
@@ -700,6 +714,8 @@ def ensure_built(gitref: GitRef, source: Source, *, cache: Path | str | None = N
                       and _artifacts_present(plan.dir, source))
         if not cached:
             marker = _build(plan, where, jobs=jobs, timeout=timeout)
+        elif not (plan.dir / "src").is_dir():  # an entry older than kept source trees
+            _restore_src(plan, where)
         assert marker is not None
         _touch(plan.dir / "last_used")
     artifacts = {name: plan.dir / "build" / rel for name, rel in source.artifact_paths.items()}
@@ -723,6 +739,23 @@ def _read_marker(entry: Path) -> dict[str, Any] | None:
 def _touch(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.touch()
+
+
+def _restore_src(plan: BuildPlan, where: str) -> None:
+    """A fresh worktree of ``plan``'s patch set at ``<entry>/src`` (the caller holds the
+    entry's lock)."""
+    mirror = Mirror(plan.source, plan.dir.parent.parent)
+    _prepare_src(mirror, plan, plan.dir / "src", where, keep_entry=True)
+    with open(plan.log, "a", encoding="utf-8") as out:
+        out.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: src/ checked out again "
+                  "(the entry had no source tree)\n")
+
+
+def _keep_src(src: Path, mirror: Mirror, entry: Path, where: str) -> None:
+    """Move the worktree the build ran in from ``src`` to ``<entry>/src``."""
+    with mirror.lock():
+        _git(["worktree", "move", str(src), str(entry / "src")], git_dir=mirror.path,
+             where=where, hint=f"remove {entry} and build again")
 
 
 def _remove_worktree(src: Path, mirror: Mirror) -> None:
@@ -786,7 +819,7 @@ def _build(plan: BuildPlan, where: str, *, jobs: int | None,
                     where=where, log_tail=_log_tail(log), log_path=log,
                     hint="fix the artifact path in the source (paths are relative to "
                          "{build}) or the step that should make it; see the log")
-            _remove_worktree(src, mirror)
+            _keep_src(src, mirror, entry, where)
     if source.prune:
         _prune(build, set(source.artifact_paths.values()))
     duration = time.time() - t0
@@ -810,9 +843,11 @@ def _build(plan: BuildPlan, where: str, *, jobs: int | None,
     return marker
 
 
-def _prepare_src(mirror: Mirror, plan: BuildPlan, src: Path, where: str) -> str:
+def _prepare_src(mirror: Mirror, plan: BuildPlan, src: Path, where: str, *,
+                 keep_entry: bool = False) -> str:
     """A fresh worktree at ``src``, detached at the commit, patches applied; returns its
-    tree id. The caller holds the source's lock."""
+    tree id. The caller holds the lock of ``src``'s folder (the source's or the entry's).
+    A patch that fails removes the worktree, and the entry unless ``keep_entry``."""
     _remove_worktree(src, mirror)  # a failed build's, kept for inspection until now
     src.parent.mkdir(parents=True, exist_ok=True)
     with mirror.lock():
@@ -846,7 +881,8 @@ def _prepare_src(mirror: Mirror, plan: BuildPlan, src: Path, where: str) -> str:
             message = (f"{what} failed on {base}: "
                        f"{_last_lines(proc.stderr + proc.stdout, 4)}")
         _remove_worktree(src, mirror)
-        shutil.rmtree(plan.dir, ignore_errors=True)
+        if not keep_entry:
+            shutil.rmtree(plan.dir, ignore_errors=True)
         raise BuildError(
             message, where=where,
             hint=f"drop it from {op}, change the order of the patches, or resolve the "
@@ -1048,8 +1084,10 @@ def gc(cache: Path | str | None = None, keep_days: float | None = None,
     would be). Always: incomplete entries (failed or interrupted builds). With
     ``keep_days``: entries not used for that many days. With ``max_bytes``: then the
     least recently used until the rest fits. Entries locked by a running build are
-    skipped. Also removes the worktree a failed build left under ``<cache>/src``. Mirrors
-    and the ccache folder are left alone (ccache bounds its own size)."""
+    skipped. An entry's source tree (``src/``, a worktree of a mirror) goes with it, and
+    the mirrors' records of removed worktrees are pruned. Also removes the worktree a
+    failed build left under ``<cache>/src``. Mirrors and the ccache folder are left alone
+    (ccache bounds its own size)."""
     if keep_days is not None and keep_days < 0:
         raise ConfigError(f"keep_days {keep_days} is negative", where="builds gc",
                           hint="give a number of days >= 0")

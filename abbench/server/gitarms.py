@@ -25,7 +25,6 @@ from abbench.server.build import (
     GitRef,
     Mirror,
     Source,
-    cache_root,
     ensure_built,
 )
 
@@ -171,9 +170,8 @@ def build_arms(cfg: Config, *, cache: Path | str | None = None, jobs: int | None
             log(f"  {'cache hit' if b.cached else 'built'} in {b.seconds:.1f} s: {b.dir}")
         built[a.name] = b
         first = next(iter(b.artifacts.values()))
-        src_dir = cache_root(cache) / "src" / a.git.source
         arms.append(a.model_copy(update={"built": {
-            "bin": str(first), "build": str(b.build_dir), "src": str(src_dir),
+            "bin": str(first), "build": str(b.build_dir), "src": str(b.src_dir),
             "log": str(b.log)}}))
     return cfg.model_copy(update={"arms": arms}), built
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.faultkit import cli, only_run
 from tests.gitkit import git, git_arms, rate_repo
@@ -21,6 +22,10 @@ def test_build_run_cache_and_pins(tmp_path: Path, env: dict[str, str]) -> None:
     shas = rate_repo(tmp_path / "repo", [400, 400, 100])
     arms = git_arms(tmp_path / "arms.yaml", tmp_path / "repo",
                     {"base": {"ref": "good"}, "pr": {"ref": "main"}})
+    # pr runs its server from the source tree: {src} outlives the build
+    doc = yaml.safe_load(arms.read_text())
+    doc["arms"][1]["start"] = ["{src}/serve", "--port", "{port}"]
+    arms.write_text(yaml.safe_dump(doc, sort_keys=False))
     p = cli("validate", arms, env=env)
     assert p.returncode == 0, p.stderr
     assert f"base: ref good -> {shas[0]}" in p.stdout and f"pr: ref main -> {shas[2]}" in p.stdout
