@@ -116,6 +116,7 @@ __all__ = [
     "BuildError",
     "BuildPlan",
     "BuiltArm",
+    "FetchError",
     "GitRef",
     "Mirror",
     "Source",
@@ -141,10 +142,19 @@ LOG_TAIL_LINES = 20
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _ENTRY = re.compile(r"^(?P<source>.+)-(?P<sha>[0-9a-f]{12})-(?P<key>[0-9a-f]{12})$")
+#: for clone and fetch: an HTTP transfer slower than 1 KB/s for a minute ends
+_REMOTE_CONFIG = ["-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60"]
 _WORKING_TREE_WORDS = {"", ".", "working-tree", "working tree", "worktree"}
 _IDENTITY = ["-c", "user.name=abbench", "-c", "user.email=abbench@localhost",
              "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null",
              "-c", "advice.detachedHead=false", "-c", "core.autocrlf=false"]
+
+
+class FetchError(AbbenchError):
+    """A source's repository could not be cloned or fetched (no network, a wrong URL or
+    path, a lock left in the mirror). Exit code 2: nothing was built or measured."""
+
+    exit_code = 2
 
 
 class BuildError(AbbenchError):
@@ -278,8 +288,12 @@ class GitRef:
             _check_ref_text(ref, what, where)
 
     def describe(self) -> str:
-        """``ref`` plus its patches, e.g. ``master -abc1234 +def5678``."""
-        parts = [self.ref, *(f"-{r}" for r in self.revert), *(f"+{c}" for c in self.cherry_pick)]
+        """``ref`` plus its patches, e.g. ``master -abc1234 +def5678`` (full commit ids
+        shortened to 12 digits)."""
+        def short(r: str) -> str:
+            return r[:12] if _SHA.match(r) else r
+        parts = [short(self.ref), *(f"-{short(r)}" for r in self.revert),
+                 *(f"+{short(c)}" for c in self.cherry_pick)]
         return " ".join(parts)
 
 
@@ -349,11 +363,24 @@ def _flock(path: Path, *, blocking: bool = True) -> Iterator[bool]:
         os.close(fd)  # closing releases the lock
 
 
+def _git_timeout() -> float:
+    """``$ABBENCH_GIT_TIMEOUT`` (seconds a clone or fetch may take), default 1800."""
+    text = os.environ.get("ABBENCH_GIT_TIMEOUT", "").strip()
+    try:
+        value = float(text) if text else 1800.0
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"ABBENCH_GIT_TIMEOUT={text!r} is not a number of seconds > 0",
+                          where="environment", hint="e.g. ABBENCH_GIT_TIMEOUT=600")
+    return value
+
+
 def _git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     # Never wait on a prompt: no password, no passphrase, no unknown host key question.
     env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_ASKPASS": "true"})
-    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes -o ConnectTimeout=30")
     # `git status` in the user's repository must not even refresh its index file.
     env["GIT_OPTIONAL_LOCKS"] = "0"
     for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY"):
@@ -425,22 +452,56 @@ class Mirror:
         with self.lock():
             if self.path.exists():
                 self._check()
-                _git(["fetch", "--prune", "--quiet", "origin"], git_dir=self.path,
-                     where=self._where,
-                     hint=f"check that {src.repo} is reachable; a full 40-digit commit id "
-                          f"already in the mirror builds without fetching")
+                self._remote(["fetch", "--prune", "--quiet", "origin"], "fetch from")
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
                 shutil.rmtree(tmp, ignore_errors=True)
                 try:
-                    _git(["clone", "--mirror", "--quiet", "--", src.repo_id, str(tmp)],
-                         where=self._where,
-                         hint=f"check that {src.repo} is a git repository you can read")
+                    self._remote(["clone", "--mirror", "--quiet", "--", src.repo_id, str(tmp)],
+                                 "clone")
                     os.replace(tmp, self.path)
                 finally:
                     shutil.rmtree(tmp, ignore_errors=True)
         self.fetched_at = time.time()
+
+    def _remote(self, args: Sequence[str], action: str) -> None:
+        """A git command that reads the source's repository (clone, fetch; the caller
+        holds the lock). A failure, or no end within ``$ABBENCH_GIT_TIMEOUT`` seconds
+        (default 1800; HTTP transfers slower than 1 KB/s for a minute end sooner), is a
+        :class:`FetchError` saying what to do."""
+        src = self.source
+        timeout = _git_timeout()
+        git_dir = None if args[0] == "clone" else self.path
+        try:
+            proc = _git([*_REMOTE_CONFIG, *args], git_dir=git_dir, check=False,
+                        where=self._where, timeout=timeout)
+        except BuildError as e:
+            if not isinstance(e.__cause__, subprocess.TimeoutExpired):
+                raise
+            reason = f"no answer within {timeout:.0f} s (ABBENCH_GIT_TIMEOUT)"
+        else:
+            if proc.returncode == 0:
+                return
+            out = proc.stderr or proc.stdout
+            said = [line for line in out.splitlines() if line.startswith(("fatal:", "error:"))]
+            reason = "\n".join(said[:3]) if said else _last_lines(out, 3)
+        if ".lock': File exists" in reason:
+            hint = (f"a git command on the mirror was killed and left a lock, or one runs "
+                    f"now: when none runs, remove the .lock file(s) named above, or the "
+                    f"whole mirror {self.path} (abbench clones it again; nothing else is lost)")
+        elif src.local:
+            hint = (f"check that {src.repo} is a git repository you can read "
+                    f"(git -C {src.repo_id} log -1)")
+        else:
+            hint = (f"check the network and the URL (git ls-remote {src.repo}); on a machine "
+                    f"without network, clone it where there is one (git clone --mirror "
+                    f"{src.repo} DIR), bring DIR here and set sources.{src.name}.repo to DIR")
+        if git_dir is not None:
+            hint += (f"; a full 40-digit commit id already in the mirror {self.path} builds "
+                     f"without fetching")
+        raise FetchError(f"cannot {action} {src.repo}: {reason}", where=self._where,
+                         hint=hint)
 
     def _check(self) -> None:
         """The mirror is a bare mirror of this source's repo, or a clear error."""
@@ -510,8 +571,8 @@ class Mirror:
         if fetch or not self.exists():
             self.update()
         with self.lock():
-            _git(["fetch", "--quiet", "origin", "+HEAD:refs/abbench/HEAD"], git_dir=self.path,
-                 where=where, hint=f"check that {src.repo} is reachable and has a HEAD")
+            self._remote(["fetch", "--quiet", "origin", "+HEAD:refs/abbench/HEAD"],
+                         "fetch HEAD from")
         sha = self._rev_parse("refs/abbench/HEAD")
         if sha is None:
             raise self._unknown("HEAD", "ref", where)
@@ -817,8 +878,8 @@ def _build(plan: BuildPlan, where: str, *, jobs: int | None,
                 raise BuildError(
                     f"the build succeeded but did not make the artifact(s) {rels} in {build}",
                     where=where, log_tail=_log_tail(log), log_path=log,
-                    hint="fix the artifact path in the source (paths are relative to "
-                         "{build}) or the step that should make it; see the log")
+                    hint=f"fix the path in sources.{source.name}.artifacts (relative to "
+                         f"{{build}}) or the step that should make it; the log: {log}")
             _keep_src(src, mirror, entry, where)
     if source.prune:
         _prune(build, set(source.artifact_paths.values()))

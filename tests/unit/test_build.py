@@ -271,7 +271,7 @@ def test_missing_artifact_names_it_and_the_build_dir(repo: Path, cache: Path) ->
     text = str(exc.value)
     assert "did not make the artifact(s) server (bin/server)" in text
     assert "/build" in text and "tiny-" in text
-    assert "hint: fix the artifact path" in text
+    assert "hint: fix the path in sources.tiny.artifacts" in text and "build.log" in text
 
 
 def test_two_threads_build_once(repo: Path, cache: Path, tmp_path: Path) -> None:
