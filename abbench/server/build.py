@@ -27,6 +27,7 @@ Layout under the cache root (``$ABBENCH_CACHE``, default ``~/.cache/abbench``)::
         src/        {src} of the arms: the worktree the build ran in, moved here after it
         build.log   every step's command, output, status and time
         last_used   touched each time the entry is used
+        hits        how many times it was used from the cache (a number)
         .complete   JSON marker, written last: key inputs, created, duration, artifacts
     builds/.locks/<entry>.lock             flock per entry: one builder per key
     ccache/                                 CCACHE_DIR (unless the environment sets one)
@@ -272,12 +273,15 @@ class Source:
 @dataclass(frozen=True)
 class GitRef:
     """A ref of a source, with commits to revert and to cherry-pick on top (reverts
-    first, then cherry-picks, each in the order given). Refs only: never a working tree."""
+    first, then cherry-picks, each in the order given). Refs only: never a working tree.
+    ``named``: how the user named it when ``ref`` is the commit id it was pinned to (an
+    arms file's ``ref: main``): what logs, errors and ``builds ls`` show."""
 
     source: str
     ref: str
     revert: Sequence[str] = ()
     cherry_pick: Sequence[str] = ()
+    named: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "revert", tuple(self.revert))
@@ -288,11 +292,11 @@ class GitRef:
             _check_ref_text(ref, what, where)
 
     def describe(self) -> str:
-        """``ref`` plus its patches, e.g. ``master -abc1234 +def5678`` (full commit ids
-        shortened to 12 digits)."""
+        """``ref`` (or ``named``) plus its patches, e.g. ``master -abc1234 +def5678``
+        (full commit ids shortened to 12 digits)."""
         def short(r: str) -> str:
             return r[:12] if _SHA.match(r) else r
-        parts = [short(self.ref), *(f"-{short(r)}" for r in self.revert),
+        parts = [self.named or short(self.ref), *(f"-{short(r)}" for r in self.revert),
                  *(f"+{short(c)}" for c in self.cherry_pick)]
         return " ".join(parts)
 
@@ -776,13 +780,17 @@ def ensure_built(gitref: GitRef, source: Source, *, cache: Path | str | None = N
         if not cached:
             marker = _build(plan, where, jobs=jobs, timeout=timeout)
         elif not (plan.dir / "src").is_dir():  # an entry older than kept source trees
-            _restore_src(plan, where)
+            assert marker is not None
+            _restore_src(plan, marker, where)
         assert marker is not None
         _touch(plan.dir / "last_used")
+        if cached:
+            _count_hit(plan.dir)
     artifacts = {name: plan.dir / "build" / rel for name, rel in source.artifact_paths.items()}
-    return BuiltArm(source=source.name, ref=gitref.ref, sha=plan.sha, patch=plan.patch,
-                    dir=plan.dir, artifacts=artifacts, log=plan.log, cached=cached,
-                    seconds=time.monotonic() - t0, key=plan.key, tree=str(marker.get("tree")))
+    return BuiltArm(source=source.name, ref=gitref.named or gitref.ref, sha=plan.sha,
+                    patch=plan.patch, dir=plan.dir, artifacts=artifacts, log=plan.log,
+                    cached=cached, seconds=time.monotonic() - t0, key=plan.key,
+                    tree=str(marker.get("tree")))
 
 
 def _artifacts_present(entry: Path, source: Source) -> bool:
@@ -802,14 +810,39 @@ def _touch(path: Path) -> None:
         path.touch()
 
 
-def _restore_src(plan: BuildPlan, where: str) -> None:
-    """A fresh worktree of ``plan``'s patch set at ``<entry>/src`` (the caller holds the
-    entry's lock)."""
+def _hits(entry: Path) -> int:
+    try:
+        return int((entry / "hits").read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _count_hit(entry: Path) -> None:
+    """One more use from the cache (the caller holds the entry's lock)."""
+    with contextlib.suppress(OSError):
+        (entry / "hits").write_text(f"{_hits(entry) + 1}\n")
+
+
+def _write_marker(entry: Path, marker: Mapping[str, Any]) -> None:
+    """``<entry>/.complete``, atomically."""
+    tmp = entry / f"{MARKER}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(marker, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, entry / MARKER)
+
+
+def _restore_src(plan: BuildPlan, marker: dict[str, Any], where: str) -> None:
+    """A fresh worktree of ``plan``'s patch set at ``<entry>/src``, and the marker's size
+    updated (the caller holds the entry's lock)."""
     mirror = Mirror(plan.source, plan.dir.parent.parent)
     _prepare_src(mirror, plan, plan.dir / "src", where, keep_entry=True)
     with open(plan.log, "a", encoding="utf-8") as out:
         out.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: src/ checked out again "
                   "(the entry had no source tree)\n")
+    marker["size_bytes"] = _du(plan.dir)
+    _write_marker(plan.dir, marker)
 
 
 def _keep_src(src: Path, mirror: Mirror, entry: Path, where: str) -> None:
@@ -895,12 +928,7 @@ def _build(plan: BuildPlan, where: str, *, jobs: int | None,
                       for name, rel in source.artifact_paths.items()},
     }
     marker["size_bytes"] = _du(entry)
-    tmp = entry / f"{MARKER}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(marker, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, entry / MARKER)
+    _write_marker(entry, marker)
     return marker
 
 
@@ -1101,6 +1129,7 @@ class BuildEntry:
     ref: str | None = None
     patch: tuple[tuple[str, str], ...] = ()
     duration_s: float | None = None
+    hits: int = 0
 
 
 def list_builds(cache: Path | str | None = None) -> list[BuildEntry]:
@@ -1130,7 +1159,7 @@ def list_builds(cache: Path | str | None = None) -> list[BuildEntry]:
                 created=float(marker.get("created") or mtime), last_used=last_used,
                 complete=True, ref=marker.get("ref"),
                 patch=tuple((str(op), str(s)) for op, s in marker.get("patch", [])),
-                duration_s=marker.get("duration_s")))
+                duration_s=marker.get("duration_s"), hits=_hits(path)))
         else:
             entries.append(BuildEntry(path=path, source=m["source"], sha=m["sha"], key=m["key"],
                                       size_bytes=_du(path), created=mtime,
@@ -1211,11 +1240,11 @@ def render_builds(entries: Sequence[BuildEntry]) -> str:
     def when(t: float) -> str:
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
 
-    rows = ["| source | ref | commit | size | created | last used | state |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| source | ref | commit | size | created | last used | cache hits | state |",
+            "|---|---|---|---|---|---|---|---|"]
     for e in entries:
         rows.append(f"| {e.source} | {e.ref or '?'} | {e.sha[:12]} | {size(e.size_bytes)} | "
-                    f"{when(e.created)} | {when(e.last_used)} | "
+                    f"{when(e.created)} | {when(e.last_used)} | {e.hits} | "
                     f"{'complete' if e.complete else 'incomplete'} |")
     total = sum(e.size_bytes for e in entries)
     rows.append(f"\n{len(entries)} builds, {size(total)}")

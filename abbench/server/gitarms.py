@@ -157,7 +157,7 @@ def gitref_of(g: GitSpec) -> GitRef:
     assert g.sha is not None, "pin() first"
     patch = g.patch or []
     return GitRef(g.source, g.sha, revert=[s for op, s in patch if op == "revert"],
-                  cherry_pick=[s for op, s in patch if op == "cherry-pick"])
+                  cherry_pick=[s for op, s in patch if op == "cherry-pick"], named=g.ref)
 
 
 def build_arms(cfg: Config, *, cache: Path | str | None = None, jobs: int | None = None,

@@ -144,6 +144,12 @@ def test_build_then_cache_hit(repo: Path, cache: Path) -> None:
     assert again.seconds < 1.0
     assert (first.dir / "last_used").stat().st_mtime > used - 50
     assert first.log.read_text().count("built 3") == 1
+    assert [e.hits for e in list_builds(cache)] == [1]
+    # a ref pinned to its commit id shows the name it was given
+    pinned = ensure_built(GitRef("tiny", first.sha, named="main"), src, cache=cache)
+    assert pinned.cached and pinned.ref == "main" and pinned.label.startswith("main ")
+    assert [e.hits for e in list_builds(cache)] == [2]
+    assert "| cache hits |" in render_builds(list_builds(cache))
 
 
 def _worktrees(mirror: Mirror) -> list[str]:
