@@ -44,14 +44,15 @@ def rate_repo(repo: Path, rates: list[float]) -> list[str]:
     return shas
 
 
-def source(repo: Path) -> dict[str, Any]:
+def source(repo: Path | str) -> dict[str, Any]:
     return {"repo": str(repo),
             "build": ["cp {src}/refserver.py {src}/rate {src}/serve {build}/"],
             "artifacts": ["serve"]}
 
 
-def git_arms(path: Path, repo: Path, arms: dict[str, dict[str, Any]], **top: Any) -> Path:
-    """An arms file of git arms on ``repo``: name -> git: fields (source defaults to ref)."""
+def git_arms(path: Path, repo: Path | str, arms: dict[str, dict[str, Any]], **top: Any) -> Path:
+    """An arms file of git arms on ``repo`` (a path or a URL): name -> git: fields
+    (source defaults to ref)."""
     doc: dict[str, Any] = {
         "rounds": 2, "warmup": 1, "seed": 7,
         "defaults": {"preset": "llama.cpp", "ready": {"timeout": 20, "interval": 0.02},

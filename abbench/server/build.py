@@ -18,13 +18,16 @@ Layout under the cache root (``$ABBENCH_CACHE``, default ``~/.cache/abbench``)::
 
     git/<source>-<hash of the repo>.git     bare mirror (git clone --mirror, then git fetch)
     git/<source>-<hash of the repo>.lock    flock for clone, fetch and worktree changes
-    src/<source>/                           {src}: the git worktree of the build under way,
-                                            detached at the commit, patches applied
+    src/<source>/                           {src} of the steps: the git worktree of the
+                                            build under way, detached at the commit,
+                                            patches applied
     src/<source>.lock                       flock: one build of a source at a time
     builds/<source>-<sha12>-<key12>/        one entry per build key
         build/      {build}: where the steps run and the artifacts are
+        src/        {src} of the arms: the worktree the build ran in, moved here after it
         build.log   every step's command, output, status and time
         last_used   touched each time the entry is used
+        hits        how many times it was used from the cache (a number)
         .complete   JSON marker, written last: key inputs, created, duration, artifacts
     builds/.locks/<entry>.lock             flock per entry: one builder per key
     ccache/                                 CCACHE_DIR (unless the environment sets one)
@@ -63,15 +66,22 @@ Decisions, for the record:
   ``CCACHE_NOHASHDIR=1``, and the ``{ccache}`` placeholder expands to ``ccache`` (else to
   nothing; an argv item that is exactly ``{ccache}`` is then dropped). Using it is the
   recipe's business (``-DCMAKE_C_COMPILER_LAUNCHER={ccache}``).
-* **One worktree path per source.** Each build gets a fresh ``git worktree`` of its patch
-  set, always at ``<cache>/src/<source>`` (builds of one source take turns; the worktree
-  is removed after a successful build and kept after a failed one, until the next
-  build). A fixed path is what lets two commits share compiled objects: ccache makes
-  the paths on a compiler's command line relative, but not the paths written *inside*
-  generated files, such as CMake's unity-build sources (``#include "/abs/src/x.cpp"``,
-  which llama.cpp's libllama uses). With a worktree per entry, every unity chunk would
-  miss. So ``{src}`` exists only while the steps run: artifacts must not need it later
-  (an editable Python install, for one, must become a normal install into ``{build}``).
+* **One worktree path per source while building, then kept with the entry.** Each
+  build gets a fresh ``git worktree`` of its patch set, always at ``<cache>/src/<source>``
+  (builds of one source take turns). A fixed path is what lets two commits share
+  compiled objects: ccache makes the paths on a compiler's command line relative, but
+  not the paths written *inside* generated files, such as CMake's unity-build sources
+  (``#include "/abs/src/x.cpp"``, which llama.cpp's libllama uses). With a worktree per
+  entry, every unity chunk would miss. After a successful build the worktree (as the
+  build left it) is moved into the entry (``git worktree move`` to ``<entry>/src``), so
+  the ``{src}`` an arm's ``start`` gets (a file of the source tree, a Python server run
+  from source) exists as long as the entry does; :func:`gc` removes it with the entry
+  and prunes the mirror's worktree records. A failed build's worktree stays at the
+  fixed path, for inspection, until the next build. An entry made before source trees
+  were kept gets a fresh checkout of its patch set on its next use (files its steps
+  wrote into the source tree are then absent). Artifacts that record the fixed path
+  (an editable Python install) break at the next build of that source: install into
+  ``{build}`` instead.
 * **Steps** run in ``{build}`` with the environment plus the source's ``env``,
   ``ABBENCH_SRC``, ``ABBENCH_BUILD`` and ``ABBENCH_JOBS``. An argv list has the
   placeholders ``{src}``, ``{build}``, ``{jobs}``, ``{ccache}`` replaced in each item; a
@@ -107,6 +117,7 @@ __all__ = [
     "BuildError",
     "BuildPlan",
     "BuiltArm",
+    "FetchError",
     "GitRef",
     "Mirror",
     "Source",
@@ -132,10 +143,19 @@ LOG_TAIL_LINES = 20
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _ENTRY = re.compile(r"^(?P<source>.+)-(?P<sha>[0-9a-f]{12})-(?P<key>[0-9a-f]{12})$")
+#: for clone and fetch: an HTTP transfer slower than 1 KB/s for a minute ends
+_REMOTE_CONFIG = ["-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60"]
 _WORKING_TREE_WORDS = {"", ".", "working-tree", "working tree", "worktree"}
 _IDENTITY = ["-c", "user.name=abbench", "-c", "user.email=abbench@localhost",
              "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null",
              "-c", "advice.detachedHead=false", "-c", "core.autocrlf=false"]
+
+
+class FetchError(AbbenchError):
+    """A source's repository could not be cloned or fetched (no network, a wrong URL or
+    path, a lock left in the mirror). Exit code 2: nothing was built or measured."""
+
+    exit_code = 2
 
 
 class BuildError(AbbenchError):
@@ -253,12 +273,15 @@ class Source:
 @dataclass(frozen=True)
 class GitRef:
     """A ref of a source, with commits to revert and to cherry-pick on top (reverts
-    first, then cherry-picks, each in the order given). Refs only: never a working tree."""
+    first, then cherry-picks, each in the order given). Refs only: never a working tree.
+    ``named``: how the user named it when ``ref`` is the commit id it was pinned to (an
+    arms file's ``ref: main``): what logs, errors and ``builds ls`` show."""
 
     source: str
     ref: str
     revert: Sequence[str] = ()
     cherry_pick: Sequence[str] = ()
+    named: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "revert", tuple(self.revert))
@@ -269,8 +292,12 @@ class GitRef:
             _check_ref_text(ref, what, where)
 
     def describe(self) -> str:
-        """``ref`` plus its patches, e.g. ``master -abc1234 +def5678``."""
-        parts = [self.ref, *(f"-{r}" for r in self.revert), *(f"+{c}" for c in self.cherry_pick)]
+        """``ref`` (or ``named``) plus its patches, e.g. ``master -abc1234 +def5678``
+        (full commit ids shortened to 12 digits)."""
+        def short(r: str) -> str:
+            return r[:12] if _SHA.match(r) else r
+        parts = [self.named or short(self.ref), *(f"-{short(r)}" for r in self.revert),
+                 *(f"+{short(c)}" for c in self.cherry_pick)]
         return " ".join(parts)
 
 
@@ -340,11 +367,24 @@ def _flock(path: Path, *, blocking: bool = True) -> Iterator[bool]:
         os.close(fd)  # closing releases the lock
 
 
+def _git_timeout() -> float:
+    """``$ABBENCH_GIT_TIMEOUT`` (seconds a clone or fetch may take), default 1800."""
+    text = os.environ.get("ABBENCH_GIT_TIMEOUT", "").strip()
+    try:
+        value = float(text) if text else 1800.0
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"ABBENCH_GIT_TIMEOUT={text!r} is not a number of seconds > 0",
+                          where="environment", hint="e.g. ABBENCH_GIT_TIMEOUT=600")
+    return value
+
+
 def _git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     # Never wait on a prompt: no password, no passphrase, no unknown host key question.
     env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_ASKPASS": "true"})
-    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes -o ConnectTimeout=30")
     # `git status` in the user's repository must not even refresh its index file.
     env["GIT_OPTIONAL_LOCKS"] = "0"
     for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY"):
@@ -416,22 +456,56 @@ class Mirror:
         with self.lock():
             if self.path.exists():
                 self._check()
-                _git(["fetch", "--prune", "--quiet", "origin"], git_dir=self.path,
-                     where=self._where,
-                     hint=f"check that {src.repo} is reachable; a full 40-digit commit id "
-                          f"already in the mirror builds without fetching")
+                self._remote(["fetch", "--prune", "--quiet", "origin"], "fetch from")
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
                 shutil.rmtree(tmp, ignore_errors=True)
                 try:
-                    _git(["clone", "--mirror", "--quiet", "--", src.repo_id, str(tmp)],
-                         where=self._where,
-                         hint=f"check that {src.repo} is a git repository you can read")
+                    self._remote(["clone", "--mirror", "--quiet", "--", src.repo_id, str(tmp)],
+                                 "clone")
                     os.replace(tmp, self.path)
                 finally:
                     shutil.rmtree(tmp, ignore_errors=True)
         self.fetched_at = time.time()
+
+    def _remote(self, args: Sequence[str], action: str) -> None:
+        """A git command that reads the source's repository (clone, fetch; the caller
+        holds the lock). A failure, or no end within ``$ABBENCH_GIT_TIMEOUT`` seconds
+        (default 1800; HTTP transfers slower than 1 KB/s for a minute end sooner), is a
+        :class:`FetchError` saying what to do."""
+        src = self.source
+        timeout = _git_timeout()
+        git_dir = None if args[0] == "clone" else self.path
+        try:
+            proc = _git([*_REMOTE_CONFIG, *args], git_dir=git_dir, check=False,
+                        where=self._where, timeout=timeout)
+        except BuildError as e:
+            if not isinstance(e.__cause__, subprocess.TimeoutExpired):
+                raise
+            reason = f"no answer within {timeout:.0f} s (ABBENCH_GIT_TIMEOUT)"
+        else:
+            if proc.returncode == 0:
+                return
+            out = proc.stderr or proc.stdout
+            said = [line for line in out.splitlines() if line.startswith(("fatal:", "error:"))]
+            reason = "\n".join(said[:3]) if said else _last_lines(out, 3)
+        if ".lock': File exists" in reason:
+            hint = (f"a git command on the mirror was killed and left a lock, or one runs "
+                    f"now: when none runs, remove the .lock file(s) named above, or the "
+                    f"whole mirror {self.path} (abbench clones it again; nothing else is lost)")
+        elif src.local:
+            hint = (f"check that {src.repo} is a git repository you can read "
+                    f"(git -C {src.repo_id} log -1)")
+        else:
+            hint = (f"check the network and the URL (git ls-remote {src.repo}); on a machine "
+                    f"without network, clone it where there is one (git clone --mirror "
+                    f"{src.repo} DIR), bring DIR here and set sources.{src.name}.repo to DIR")
+        if git_dir is not None:
+            hint += (f"; a full 40-digit commit id already in the mirror {self.path} builds "
+                     f"without fetching")
+        raise FetchError(f"cannot {action} {src.repo}: {reason}", where=self._where,
+                         hint=hint)
 
     def _check(self) -> None:
         """The mirror is a bare mirror of this source's repo, or a clear error."""
@@ -501,8 +575,8 @@ class Mirror:
         if fetch or not self.exists():
             self.update()
         with self.lock():
-            _git(["fetch", "--quiet", "origin", "+HEAD:refs/abbench/HEAD"], git_dir=self.path,
-                 where=where, hint=f"check that {src.repo} is reachable and has a HEAD")
+            self._remote(["fetch", "--quiet", "origin", "+HEAD:refs/abbench/HEAD"],
+                         "fetch HEAD from")
         sha = self._rev_parse("refs/abbench/HEAD")
         if sha is None:
             raise self._unknown("HEAD", "ref", where)
@@ -677,6 +751,11 @@ class BuiltArm:
         return self.dir / "build"
 
     @property
+    def src_dir(self) -> Path:
+        """``{src}`` of the arms: the source tree the build ran in, kept with the entry."""
+        return self.dir / "src"
+
+    @property
     def label(self) -> str:
         """e.g. ``master c443657a -1a2b3c4d +5e6f7a8b``: for a column head."""
         marks = {"revert": "-", "cherry-pick": "+"}
@@ -700,12 +779,18 @@ def ensure_built(gitref: GitRef, source: Source, *, cache: Path | str | None = N
                       and _artifacts_present(plan.dir, source))
         if not cached:
             marker = _build(plan, where, jobs=jobs, timeout=timeout)
+        elif not (plan.dir / "src").is_dir():  # an entry older than kept source trees
+            assert marker is not None
+            _restore_src(plan, marker, where)
         assert marker is not None
         _touch(plan.dir / "last_used")
+        if cached:
+            _count_hit(plan.dir)
     artifacts = {name: plan.dir / "build" / rel for name, rel in source.artifact_paths.items()}
-    return BuiltArm(source=source.name, ref=gitref.ref, sha=plan.sha, patch=plan.patch,
-                    dir=plan.dir, artifacts=artifacts, log=plan.log, cached=cached,
-                    seconds=time.monotonic() - t0, key=plan.key, tree=str(marker.get("tree")))
+    return BuiltArm(source=source.name, ref=gitref.named or gitref.ref, sha=plan.sha,
+                    patch=plan.patch, dir=plan.dir, artifacts=artifacts, log=plan.log,
+                    cached=cached, seconds=time.monotonic() - t0, key=plan.key,
+                    tree=str(marker.get("tree")))
 
 
 def _artifacts_present(entry: Path, source: Source) -> bool:
@@ -723,6 +808,48 @@ def _read_marker(entry: Path) -> dict[str, Any] | None:
 def _touch(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.touch()
+
+
+def _hits(entry: Path) -> int:
+    try:
+        return int((entry / "hits").read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _count_hit(entry: Path) -> None:
+    """One more use from the cache (the caller holds the entry's lock)."""
+    with contextlib.suppress(OSError):
+        (entry / "hits").write_text(f"{_hits(entry) + 1}\n")
+
+
+def _write_marker(entry: Path, marker: Mapping[str, Any]) -> None:
+    """``<entry>/.complete``, atomically."""
+    tmp = entry / f"{MARKER}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(marker, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, entry / MARKER)
+
+
+def _restore_src(plan: BuildPlan, marker: dict[str, Any], where: str) -> None:
+    """A fresh worktree of ``plan``'s patch set at ``<entry>/src``, and the marker's size
+    updated (the caller holds the entry's lock)."""
+    mirror = Mirror(plan.source, plan.dir.parent.parent)
+    _prepare_src(mirror, plan, plan.dir / "src", where, keep_entry=True)
+    with open(plan.log, "a", encoding="utf-8") as out:
+        out.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: src/ checked out again "
+                  "(the entry had no source tree)\n")
+    marker["size_bytes"] = _du(plan.dir)
+    _write_marker(plan.dir, marker)
+
+
+def _keep_src(src: Path, mirror: Mirror, entry: Path, where: str) -> None:
+    """Move the worktree the build ran in from ``src`` to ``<entry>/src``."""
+    with mirror.lock():
+        _git(["worktree", "move", str(src), str(entry / "src")], git_dir=mirror.path,
+             where=where, hint=f"remove {entry} and build again")
 
 
 def _remove_worktree(src: Path, mirror: Mirror) -> None:
@@ -784,9 +911,9 @@ def _build(plan: BuildPlan, where: str, *, jobs: int | None,
                 raise BuildError(
                     f"the build succeeded but did not make the artifact(s) {rels} in {build}",
                     where=where, log_tail=_log_tail(log), log_path=log,
-                    hint="fix the artifact path in the source (paths are relative to "
-                         "{build}) or the step that should make it; see the log")
-            _remove_worktree(src, mirror)
+                    hint=f"fix the path in sources.{source.name}.artifacts (relative to "
+                         f"{{build}}) or the step that should make it; the log: {log}")
+            _keep_src(src, mirror, entry, where)
     if source.prune:
         _prune(build, set(source.artifact_paths.values()))
     duration = time.time() - t0
@@ -801,18 +928,15 @@ def _build(plan: BuildPlan, where: str, *, jobs: int | None,
                       for name, rel in source.artifact_paths.items()},
     }
     marker["size_bytes"] = _du(entry)
-    tmp = entry / f"{MARKER}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(marker, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, entry / MARKER)
+    _write_marker(entry, marker)
     return marker
 
 
-def _prepare_src(mirror: Mirror, plan: BuildPlan, src: Path, where: str) -> str:
+def _prepare_src(mirror: Mirror, plan: BuildPlan, src: Path, where: str, *,
+                 keep_entry: bool = False) -> str:
     """A fresh worktree at ``src``, detached at the commit, patches applied; returns its
-    tree id. The caller holds the source's lock."""
+    tree id. The caller holds the lock of ``src``'s folder (the source's or the entry's).
+    A patch that fails removes the worktree, and the entry unless ``keep_entry``."""
     _remove_worktree(src, mirror)  # a failed build's, kept for inspection until now
     src.parent.mkdir(parents=True, exist_ok=True)
     with mirror.lock():
@@ -846,7 +970,8 @@ def _prepare_src(mirror: Mirror, plan: BuildPlan, src: Path, where: str) -> str:
             message = (f"{what} failed on {base}: "
                        f"{_last_lines(proc.stderr + proc.stdout, 4)}")
         _remove_worktree(src, mirror)
-        shutil.rmtree(plan.dir, ignore_errors=True)
+        if not keep_entry:
+            shutil.rmtree(plan.dir, ignore_errors=True)
         raise BuildError(
             message, where=where,
             hint=f"drop it from {op}, change the order of the patches, or resolve the "
@@ -1004,6 +1129,7 @@ class BuildEntry:
     ref: str | None = None
     patch: tuple[tuple[str, str], ...] = ()
     duration_s: float | None = None
+    hits: int = 0
 
 
 def list_builds(cache: Path | str | None = None) -> list[BuildEntry]:
@@ -1033,7 +1159,7 @@ def list_builds(cache: Path | str | None = None) -> list[BuildEntry]:
                 created=float(marker.get("created") or mtime), last_used=last_used,
                 complete=True, ref=marker.get("ref"),
                 patch=tuple((str(op), str(s)) for op, s in marker.get("patch", [])),
-                duration_s=marker.get("duration_s")))
+                duration_s=marker.get("duration_s"), hits=_hits(path)))
         else:
             entries.append(BuildEntry(path=path, source=m["source"], sha=m["sha"], key=m["key"],
                                       size_bytes=_du(path), created=mtime,
@@ -1048,8 +1174,10 @@ def gc(cache: Path | str | None = None, keep_days: float | None = None,
     would be). Always: incomplete entries (failed or interrupted builds). With
     ``keep_days``: entries not used for that many days. With ``max_bytes``: then the
     least recently used until the rest fits. Entries locked by a running build are
-    skipped. Also removes the worktree a failed build left under ``<cache>/src``. Mirrors
-    and the ccache folder are left alone (ccache bounds its own size)."""
+    skipped. An entry's source tree (``src/``, a worktree of a mirror) goes with it, and
+    the mirrors' records of removed worktrees are pruned. Also removes the worktree a
+    failed build left under ``<cache>/src``. Mirrors and the ccache folder are left alone
+    (ccache bounds its own size)."""
     if keep_days is not None and keep_days < 0:
         raise ConfigError(f"keep_days {keep_days} is negative", where="builds gc",
                           hint="give a number of days >= 0")
@@ -1112,11 +1240,11 @@ def render_builds(entries: Sequence[BuildEntry]) -> str:
     def when(t: float) -> str:
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
 
-    rows = ["| source | ref | commit | size | created | last used | state |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| source | ref | commit | size | created | last used | cache hits | state |",
+            "|---|---|---|---|---|---|---|---|"]
     for e in entries:
         rows.append(f"| {e.source} | {e.ref or '?'} | {e.sha[:12]} | {size(e.size_bytes)} | "
-                    f"{when(e.created)} | {when(e.last_used)} | "
+                    f"{when(e.created)} | {when(e.last_used)} | {e.hits} | "
                     f"{'complete' if e.complete else 'incomplete'} |")
     total = sum(e.size_bytes for e in entries)
     rows.append(f"\n{len(entries)} builds, {size(total)}")

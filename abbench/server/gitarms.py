@@ -9,11 +9,12 @@ pinned arm and fills its ``{bin}``, ``{build}``, ``{src}`` placeholders.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,10 @@ from abbench.errors import ConfigError
 from abbench.server.build import (
     BuildError,
     BuiltArm,
+    FetchError,
     GitRef,
     Mirror,
     Source,
-    cache_root,
     ensure_built,
 )
 
@@ -94,19 +95,31 @@ def pin(cfg: Config, pinned: Mapping[str, Mapping[str, Any]] | None = None, *,
             continue
         src = source_of(cfg, g.source)
         mirror = mirrors.setdefault(g.source, Mirror(src, cache))
-        where = f"{cfg.source}: arm {a.name}"
-        try:
+        with _at(cfg, a):
             sha = mirror.resolve(g.ref, fetch=fetch)
             patch = [(op, mirror.resolve(r, what=op, fetch=fetch))
                      for op, refs in (("revert", g.revert), ("cherry-pick", g.cherry_pick))
                      for r in refs]
-        except ConfigError as e:
-            raise ConfigError(e.message, where=f"{where}.git ({e.where})", hint=e.hint) from None
         if check_patches and patch:
-            _check_patches(mirror, sha, patch, where=f"{where}.git")
+            _check_patches(mirror, sha, patch, where=f"{cfg.source}: arm {a.name}.git")
         arms.append(a.model_copy(update={"git": g.model_copy(update={"sha": sha,
                                                                      "patch": patch})}))
     return cfg.model_copy(update={"arms": arms})
+
+
+@contextlib.contextmanager
+def _at(cfg: Config, arm: ArmConfig) -> Iterator[None]:
+    """Errors of a git arm's mirror or build say where in the arms file: the source's
+    ``repo`` for a clone or fetch that failed, else the arm."""
+    assert arm.git is not None
+    try:
+        yield
+    except FetchError as e:
+        e.where = f"{cfg.source}: sources.{arm.git.source}.repo (for arm {arm.name})"
+        raise
+    except (ConfigError, BuildError) as e:
+        e.where = f"{cfg.source}: arm {arm.name}.git ({e.where})"
+        raise
 
 
 def _check_patches(mirror: Mirror, sha: str, patch: list[tuple[str, str]], *,
@@ -144,7 +157,7 @@ def gitref_of(g: GitSpec) -> GitRef:
     assert g.sha is not None, "pin() first"
     patch = g.patch or []
     return GitRef(g.source, g.sha, revert=[s for op, s in patch if op == "revert"],
-                  cherry_pick=[s for op, s in patch if op == "cherry-pick"])
+                  cherry_pick=[s for op, s in patch if op == "cherry-pick"], named=g.ref)
 
 
 def build_arms(cfg: Config, *, cache: Path | str | None = None, jobs: int | None = None,
@@ -161,19 +174,14 @@ def build_arms(cfg: Config, *, cache: Path | str | None = None, jobs: int | None
         src = source_of(cfg, a.git.source)
         if log:
             log(f"build {a.name}: {a.git.source} {a.git.describe()}")
-        b = ensure_built(gitref_of(a.git), src, cache=cache, jobs=jobs, fetch=False)
-        missing = [n for n, p in b.artifacts.items() if not p.exists()]
-        if missing:
-            raise BuildError(f"artifact {missing[0]} is missing after the build",
-                             where=f"arm {a.name}", log_path=b.log,
-                             hint=f"fix sources.{a.git.source}.artifacts or the build steps")
+        with _at(cfg, a):
+            b = ensure_built(gitref_of(a.git), src, cache=cache, jobs=jobs, fetch=False)
         if log:
             log(f"  {'cache hit' if b.cached else 'built'} in {b.seconds:.1f} s: {b.dir}")
         built[a.name] = b
         first = next(iter(b.artifacts.values()))
-        src_dir = cache_root(cache) / "src" / a.git.source
         arms.append(a.model_copy(update={"built": {
-            "bin": str(first), "build": str(b.build_dir), "src": str(src_dir),
+            "bin": str(first), "build": str(b.build_dir), "src": str(b.src_dir),
             "log": str(b.log)}}))
     return cfg.model_copy(update={"arms": arms}), built
 

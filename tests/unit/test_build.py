@@ -133,7 +133,7 @@ def test_build_then_cache_hit(repo: Path, cache: Path) -> None:
     marker = json.loads((first.dir / ".complete").read_text())
     assert marker["sha"] == first.sha and marker["key"] == first.key
     assert marker["artifacts"]["tool"] == {"path": "bin/tool", "size": 9}
-    assert not (Path(os.path.realpath(cache)) / "src" / "tiny").exists()  # worktree removed
+    assert not (Path(os.path.realpath(cache)) / "src" / "tiny").exists()  # moved to the entry
     assert set(marker["inputs"]) == {"version", "sha", "patch", "recipe", "toolchain"}
     assert "built 3" in first.log.read_text()
     used = (first.dir / "last_used").stat().st_mtime
@@ -144,6 +144,49 @@ def test_build_then_cache_hit(repo: Path, cache: Path) -> None:
     assert again.seconds < 1.0
     assert (first.dir / "last_used").stat().st_mtime > used - 50
     assert first.log.read_text().count("built 3") == 1
+    assert [e.hits for e in list_builds(cache)] == [1]
+    # a ref pinned to its commit id shows the name it was given
+    pinned = ensure_built(GitRef("tiny", first.sha, named="main"), src, cache=cache)
+    assert pinned.cached and pinned.ref == "main" and pinned.label.startswith("main ")
+    assert [e.hits for e in list_builds(cache)] == [2]
+    assert "| cache hits |" in render_builds(list_builds(cache))
+
+
+def _worktrees(mirror: Mirror) -> list[str]:
+    out = subprocess.run(["git", f"--git-dir={mirror.path}", "worktree", "list", "--porcelain"],
+                         capture_output=True, text=True, check=True).stdout
+    return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("worktree ")]
+
+
+def test_src_is_kept_with_the_entry_until_gc(repo: Path, cache: Path) -> None:
+    """{src} of an arm: the tree the build ran in (patches applied, files the steps wrote
+    there included), valid after later builds of the same source, removed by gc."""
+    src = tiny(repo, ["sh", "{src}/build.sh", "{build}", "{src}"], "echo made > {src}/GENERATED")
+    v2 = ensure_built(GitRef("tiny", "v2"), src, cache=cache)
+    picked = ensure_built(GitRef("tiny", "v3", cherry_pick=("feature",)), src, cache=cache)
+    assert v2.src_dir == v2.dir / "src"
+    assert (v2.src_dir / "VERSION").read_text() == "2\n"  # still there after the next build
+    assert not (v2.src_dir / "FEATURE").exists()
+    assert (picked.src_dir / "VERSION").read_text() == "3\n"
+    assert (picked.src_dir / "FEATURE").read_text() == "on\n"
+    assert (v2.src_dir / "GENERATED").read_text() == "made\n"
+    mirror = Mirror(src, cache)
+    assert {str(v2.src_dir), str(picked.src_dir)} <= set(_worktrees(mirror))
+    marker = json.loads((v2.dir / ".complete").read_text())
+    assert marker["size_bytes"] >= sum(p.stat().st_size for p in v2.src_dir.rglob("*")
+                                       if p.is_file() and ".git" not in p.parts)
+    assert ensure_built(GitRef("tiny", "v2"), src, cache=cache).src_dir == v2.src_dir
+
+    # an entry made before source trees were kept gets its patch set checked out again
+    subprocess.run(["git", f"--git-dir={mirror.path}", "worktree", "remove", "--force",
+                    str(picked.src_dir)], check=True)
+    again = ensure_built(GitRef("tiny", "v3", cherry_pick=("feature",)), src, cache=cache)
+    assert again.cached and (again.src_dir / "FEATURE").read_text() == "on\n"
+    assert "checked out again" in again.log.read_text()
+
+    assert {e.path for e in gc(cache, max_bytes=0)} == {v2.dir, picked.dir}
+    assert not v2.src_dir.exists() and not picked.src_dir.exists()
+    assert _worktrees(mirror) == [str(mirror.path)]  # the mirror's records pruned too
 
 
 def test_key_changes_with_the_recipe_not_with_jobs(repo: Path, cache: Path) -> None:
@@ -234,7 +277,7 @@ def test_missing_artifact_names_it_and_the_build_dir(repo: Path, cache: Path) ->
     text = str(exc.value)
     assert "did not make the artifact(s) server (bin/server)" in text
     assert "/build" in text and "tiny-" in text
-    assert "hint: fix the artifact path" in text
+    assert "hint: fix the path in sources.tiny.artifacts" in text and "build.log" in text
 
 
 def test_two_threads_build_once(repo: Path, cache: Path, tmp_path: Path) -> None:
