@@ -12,9 +12,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from abbench.config.schema import Config, ResolvedArm
+from abbench.model.records import Record
 from abbench.model.schedule import Slot
 from abbench.server.process import Server
 from abbench.workload.decode import Client
@@ -34,9 +35,9 @@ class SlotContext:
     #: the run's order seed (nonce prompt sets derive theirs from it)
     run_seed: int
     #: append one record to samples.jsonl (flushed before it returns)
-    record: Callable[[dict[str, Any]], None]
+    record: Callable[[Record], None]
     #: every record stored so far
-    records: Callable[[], list[dict[str, Any]]]
+    records: Callable[[], list[Record]]
     stop_event: threading.Event
 
 

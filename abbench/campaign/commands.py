@@ -93,7 +93,7 @@ def _ran(outcome: RunOutcome, *extra: str) -> Output:
 
 def _campaign(outcome: CampaignOutcome) -> Output:
     g = outcome.gathered
-    hosts = len({r.get("host") for r in g.run.records() if r.get("host")})
+    hosts = len({r.host for r in g.run.records() if r.host})
     lines = [*outcome.log, *(f"warning: {p}" for p in g.problems[:MOST_PROBLEMS]),
              f"Gathered {hosts} shard run(s) of {len(g.progress)} shard(s) into {g.run.path}"]
     return Output(g.report_md, lines, 0 if g.complete else 1)

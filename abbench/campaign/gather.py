@@ -32,13 +32,14 @@ from typing import Any
 
 from abbench.campaign.runner import config_digest
 from abbench.errors import ConfigError, StoreError
+from abbench.model.records import QualityCommand, QualitySample, Record, SlotRecord
 from abbench.model.rounds import read_state
 from abbench.model.shards import ShardPlan, shard_schedule
 from abbench.report.compare import table_of
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.table import Table
-from abbench.store.run import RUN_FILE, SAMPLES_FILE, SCHEMA_VERSION, Run, atomic_write
+from abbench.store.run import RUN_FILE, SAMPLES_FILE, SCHEMA_VERSION, Run, atomic_write, record_line
 
 CAMPAIGN_FILE = "campaign.json"
 SHARDS_DIR = "shards"
@@ -97,7 +98,7 @@ class ShardRun:
     index: int
     run: Run
     meta: dict[str, Any]
-    records: list[dict[str, Any]]
+    records: list[Record]
 
     @property
     def name(self) -> str:
@@ -168,14 +169,20 @@ def mixed_hosts(runs: Iterable[ShardRun]) -> list[str]:
 # --------------------------------------------------------------------- merging
 
 
-def _rebase(rec: dict[str, Any], prefix: str) -> dict[str, Any]:
+def _rebase(rec: Record, prefix: str) -> Record:
     """Paths inside a shard folder (server log, quality output), from the campaign's."""
-    for key in ("log", "stdout", "stderr"):
-        if isinstance(rec.get(key), str) and not rec[key].startswith("/"):
-            rec[key] = f"{prefix}/{rec[key]}"
-    q = rec.get("quality")
-    if isinstance(q, dict):
-        rec["quality"] = _rebase(dict(q), prefix)
+    def moved(paths: dict[str, object], keys: tuple[str, ...]) -> dict[str, object]:
+        return {k: f"{prefix}/{v}" for k in keys for v in [paths.get(k)]
+                if isinstance(v, str) and not v.startswith("/")}
+
+    if isinstance(rec, SlotRecord):
+        return rec.model_copy(update=moved({"log": rec.log}, ("log",)))
+    if isinstance(rec, QualityCommand):
+        return rec.model_copy(update=moved({"stdout": rec.stdout, "stderr": rec.stderr},
+                                           ("stdout", "stderr")))
+    if isinstance(rec, QualitySample):
+        quality = {**rec.quality, **moved(rec.quality, ("stdout", "stderr"))}
+        return rec.model_copy(update={"quality": quality})
     return rec
 
 
@@ -209,7 +216,7 @@ def _task_reason(camp: dict[str, Any], index: int) -> str:
 
 
 def merge(camp: dict[str, Any], runs: list[ShardRun], *, active: Iterable[int] = ()
-          ) -> tuple[list[dict[str, Any]], list[list[Any]], dict[int, tuple[int, int]]]:
+          ) -> tuple[list[Record], list[list[Any]], dict[int, tuple[int, int]]]:
     """The campaign's records, its schedule, and rounds done per shard (see the module
     docstring for the numbering)."""
     plans = {p.index: p for p in shard_plans(camp)}
@@ -235,7 +242,7 @@ def merge(camp: dict[str, Any], runs: list[ShardRun], *, active: Iterable[int] =
     for s in runs:  # finished rounds first: they keep their planned numbers
         for r in s.complete_rounds():
             number(s, r)
-    records: list[dict[str, Any]] = []
+    records: list[Record] = []
     schedule: list[list[Any]] = []
     slot_base = 0
     done = rounds_done(list(plans.values()), runs)
@@ -246,42 +253,39 @@ def merge(camp: dict[str, Any], runs: list[ShardRun], *, active: Iterable[int] =
         for r, p, a in sched:
             schedule.append([number(s, int(r)), int(p), a])
         for rec in s.records:
-            out = _rebase(dict(rec), prefix)
-            out.update(host=s.name, shard=s.index)
-            if rec.get("round") is not None:
-                out["shard_round"] = rec["round"]
-                out["round"] = number(s, int(rec["round"]))
-            if rec.get("slot") is not None:
-                out["shard_slot"] = rec["slot"]
-                out["slot"] = slot_base + int(rec["slot"])
-            records.append(out)
-        n_slots = max([len(sched) - 1, *(int(r["slot"]) for r in s.records
-                                         if r.get("slot") is not None)], default=-1) + 1
+            moves: dict[str, object] = {"host": s.name, "shard": s.index}
+            if rec.round is not None:
+                moves.update(shard_round=rec.round, round=number(s, rec.round))
+            if rec.slot is not None:
+                moves.update(shard_slot=rec.slot, slot=slot_base + rec.slot)
+            records.append(_rebase(rec, prefix).model_copy(update=moves))
+        n_slots = max([len(sched) - 1, *(r.slot for r in s.records if r.slot is not None)],
+                      default=-1) + 1
         if s.index in short:  # what this folder left undone is failed, with the reason
             for slot in read_state(s.records, s.meta).unfinished():
-                records.append({"schema": SCHEMA_VERSION, "type": "slot", "status": "failed",
-                                "reason": f"not run: {_task_reason(camp, s.index)}",
-                                "arm": slot.arm, "round": number(s, slot.round),
-                                "position": slot.position, "slot": slot_base + slot.index,
-                                "host": s.name, "shard": s.index,
-                                "shard_round": slot.round, "shard_slot": slot.index})
+                records.append(SlotRecord.model_validate({
+                    "schema": SCHEMA_VERSION, "type": "slot", "status": "failed",
+                    "reason": f"not run: {_task_reason(camp, s.index)}", "arm": slot.arm,
+                    "round": number(s, slot.round), "position": slot.position,
+                    "slot": slot_base + slot.index, "host": s.name, "shard": s.index,
+                    "shard_round": slot.round, "shard_slot": slot.index}))
         slot_base += n_slots
     for i in sorted(short - {s.index for s in runs}):  # shards that never began
         plan = plans[i]
         for slot in shard_schedule(arms, plan, camp["order"], camp["seed"]):
             r = slot.round if slot.round not in taken else next_round + slot.round
             schedule.append([r, slot.position, slot.arm])
-            records.append({"schema": SCHEMA_VERSION, "type": "slot", "status": "failed",
-                            "reason": f"not run: {_task_reason(camp, i)}; the shard never "
-                                      "began", "arm": slot.arm, "round": r,
-                            "position": slot.position, "slot": slot_base + slot.index,
-                            "shard": i})
+            records.append(SlotRecord.model_validate({
+                "schema": SCHEMA_VERSION, "type": "slot", "status": "failed",
+                "reason": f"not run: {_task_reason(camp, i)}; the shard never began",
+                "arm": slot.arm, "round": r, "position": slot.position,
+                "slot": slot_base + slot.index, "shard": i}))
         slot_base += len(arms) * plan.rounds
     return records, schedule, {i: (done.get(i, 0), p.rounds) for i, p in plans.items()}
 
 
 def _merged_meta(camp: dict[str, Any], runs: list[ShardRun], schedule: list[list[Any]],
-                 progress: dict[int, tuple[int, int]], records: list[dict[str, Any]],
+                 progress: dict[int, tuple[int, int]], records: list[Record],
                  active: Iterable[int], mixed: list[str]) -> dict[str, Any]:
     first = runs[0].meta if runs else {}
     hosts = []
@@ -353,12 +357,11 @@ def gather(folder: Path, *, allow_mixed_hosts: bool | None = None,
     records, schedule, progress = merge(camp, runs, active=active)
     meta = _merged_meta(camp, runs, schedule, progress, records, active, mixed)
     run = Run(folder)
-    atomic_write(folder / SAMPLES_FILE, "".join(
-        json.dumps({"schema": SCHEMA_VERSION, **r}, allow_nan=False) + "\n" for r in records))
+    atomic_write(folder / SAMPLES_FILE, "".join(record_line(r) for r in records))
     run.write_meta(meta)
     table = table_of(records, meta)
     md = render_markdown(table)
     run.write_text("report.md", md)
     run.write_text("report.json", render_json(table))
-    failed = sum(1 for r in records if r.get("type") == "slot" and r.get("status") == "failed")
+    failed = sum(1 for r in records if isinstance(r, SlotRecord) and r.failed)
     return Gathered(run, table, md, progress, failed, mixed, problems)

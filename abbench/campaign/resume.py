@@ -18,6 +18,7 @@ from abbench.campaign.progress import Progress
 from abbench.campaign.runner import Campaign, Resumption, RunOptions, RunOutcome, config_digest
 from abbench.config.schema import load_config
 from abbench.errors import ConfigError
+from abbench.model.records import SlotRecord
 from abbench.model.rounds import plan_resume
 from abbench.server.gitarms import build_arms, pin, pins_of
 from abbench.store.run import open_run
@@ -75,7 +76,7 @@ def resume_run(ref: str, results: Path, *, progress: Progress | None = None) -> 
     if repaired and progress is not None:
         progress.log(repaired)
     if progress is not None:
-        kept = sum(1 for r in records if r.get("type") == "slot" and r.get("status") == "ok")
+        kept = sum(1 for r in records if isinstance(r, SlotRecord) and r.ok)
         again = ", ".join(f"round {k} as round {v}" for k, v in sorted(reruns.items()))
         progress.log(f"resuming run {run.id}: {kept} server lives kept, {len(slots)} to run"
                      + (f"; failed rounds run again: {again}" if again else ""))

@@ -47,6 +47,17 @@ from abbench.errors import (
     StoreError,
     clip,
 )
+from abbench.model.records import (
+    At,
+    DecodeSample,
+    LoadRequest,
+    LoadSample,
+    Record,
+    SlotRecord,
+    SystemFingerprintRecord,
+    WorkloadSample,
+    at,
+)
 from abbench.model.rounds import complete_rounds, read_state
 from abbench.model.schedule import Slot
 from abbench.report.compare import table_of
@@ -277,15 +288,14 @@ class Campaign:
         self.run.write_text("report.json", render_json(table))
         return md
 
-    def record(self, rec: dict[str, Any]) -> None:
+    def record(self, rec: Record) -> None:
         assert self.run is not None
         self.run.append(rec)  # shielded from interrupts: never half a line
 
     def run_slot(self, slot: Slot) -> None:
         assert self.run is not None
         arm = self.arms[slot.arm]
-        base = {"slot": slot.index, "arm": slot.arm, "round": slot.round,
-                "position": slot.position}
+        base = at(slot)
         if self.stop_event.is_set():  # a signal came while a server was being stopped
             raise Interrupted("interrupted")
         self.progress.slot(slot.index, slot.arm, slot.round, "starting server")
@@ -331,18 +341,18 @@ class Campaign:
                     code = server.stop()  # shielded: an interrupt waits for the stop
             if status != "ok":
                 self.failed += status == "failed"
-            slot_rec = {**base, "type": "slot", "status": status, "reason": reason,
-                        "t_start": t_start, "t_end": time.time(), "exit_code": code,
-                        "log": str(self.run.log_path(arm.name, slot.round).relative_to(
-                            self.run.path))}
+            more: dict[str, object] = {}
             if server is not None and server.ready_at is not None:
-                slot_rec["ready_s"] = server.ready_at - server.started_at
+                more["ready_s"] = server.ready_at - server.started_at
             if status == "failed" and server is not None:
-                slot_rec["log_tail"] = server.log_tail(10)
+                more["log_tail"] = server.log_tail(10)
             with contextlib.suppress(StoreError):
-                self.record(slot_rec)
+                self.record(SlotRecord(
+                    **base, status=status, reason=reason, t_start=t_start, t_end=time.time(),
+                    exit_code=code, log=str(self.run.log_path(arm.name, slot.round)
+                                            .relative_to(self.run.path)), **more))
 
-    def serve(self, slot: Slot, arm: ResolvedArm, server: Server, base: dict[str, Any]) -> None:
+    def serve(self, slot: Slot, arm: ResolvedArm, server: Server, base: At) -> None:
         """Everything done with one ready server."""
         assert self.run is not None
         client = Client(server.base_url, arm)
@@ -387,7 +397,7 @@ class Campaign:
                     self._task(task, ctx)
             fps = system_fingerprints(self.run.records(), slot.index)
             if fps:  # vLLM's system_fingerprint, per server life
-                self.record({**base, "type": "system_fingerprint", "fingerprints": fps})
+                self.record(SystemFingerprintRecord(**base, fingerprints=fps))
         finally:
             client.close()
 
@@ -412,34 +422,32 @@ class Campaign:
                             from None
 
     def _one_decode(self, slot: Slot, arm: ResolvedArm, server: Server, client: Client,
-                    prompts: PromptMaker, workload: Any, context: int, row: str, rep: int,
-                    base: dict[str, Any]) -> None:
+                    prompts: PromptMaker, workload: Workload, context: int, row: str, rep: int,
+                    base: At) -> None:
         t0 = time.time()
         with self.timing.count("requests_s"):
             try:
                 out = run_decode(client, prompts, workload, context, self.stop_event)
-                rec = {**base, "type": "sample", "rep": rep, "workload": row,
-                       "context": context, "decode_tokens": workload.decode_tokens,
-                       "t": t0, "valid": out.valid, "status": "ok" if out.valid else "invalid",
-                       "reason": out.reason, "metrics": out.metrics, **out.detail}
+                outcome = {"valid": out.valid, "status": "ok" if out.valid else "invalid",
+                           "reason": out.reason, "metrics": out.metrics, **out.detail}
             except RequestError as e:
-                rec = {**base, "type": "sample", "rep": rep, "workload": row,
-                       "context": context, "decode_tokens": workload.decode_tokens,
-                       "t": t0, "valid": False, "status": "failed", "reason": e.message,
-                       "metrics": {}}
+                outcome = {"valid": False, "status": "failed", "reason": e.message,
+                           "metrics": {}}
+        rec = DecodeSample(**base, rep=rep, workload=row, context=context,
+                           decode_tokens=workload.decode_tokens, t=t0, **outcome)
         if self.stop_event.is_set():
             raise Interrupted("interrupted")
         self.record(rec)
-        if rec["status"] == "failed":
-            silent = "no data for" in str(rec.get("reason", ""))  # a request gone silent
+        if rec.status == "failed":
+            silent = "no data for" in str(rec.reason or "")  # a request gone silent
             trouble = _server_trouble(server, arm_preset(arm).hang_probe_timeout_s,
                                       probe=silent)
             if trouble:
-                raise _SlotFailed(f"{trouble} ({rec['reason']}); log: {server.log_path}")
+                raise _SlotFailed(f"{trouble} ({rec.reason}); log: {server.log_path}")
 
 
     def _load(self, ctx: SlotContext, prompts: PromptMaker, workload: Workload, w_index: int,
-              base: dict[str, Any]) -> None:
+              base: At) -> None:
         """A load workload: each level (and rep) measured, its requests stored, then its
         sample; all levels within the workload's timeout."""
         assert self.run is not None and workload.load is not None
@@ -453,8 +461,8 @@ class Campaign:
                                        f"{row} rep {rep + 1}/{self.cfg.reps}")
                     common = {**base, "workload": row, "rep": rep, "level": level.label,
                               "concurrency": level.concurrency, "rate": level.rate}
-                    rec = {**common, "type": "sample", "t": time.time(),
-                           "context": spec.prompt_tokens, "decode_tokens": spec.output_tokens}
+                    head = {**common, "type": "sample", "t": time.time(),
+                            "context": spec.prompt_tokens, "decode_tokens": spec.output_tokens}
                     with self.timing.count("requests_s"):
                         try:
                             out = measure_level(
@@ -465,21 +473,24 @@ class Campaign:
                                 stop_event=self.stop_event)
                         except RequestError as e:  # the prompts could not be made
                             out = None
-                            rec.update(valid=False, status="failed", reason=e.message,
-                                       metrics={})
+                            rec = LoadSample.model_validate({
+                                **head, "valid": False, "status": "failed",
+                                "reason": e.message, "metrics": {}})
                     if self.stop_event.is_set():
                         raise Interrupted("interrupted")
                     if out is not None:
-                        self.run.append_many([{**common, "type": "load_request", **r}
-                                              for r in out.requests])
-                        rec.update(valid=out.valid, reason=out.reason, metrics=out.metrics,
-                                   status="ok" if out.valid else "invalid", **out.detail)
+                        self.run.append_many([LoadRequest.model_validate(
+                            {**common, "type": "load_request", **r}) for r in out.requests])
+                        status = "ok" if out.valid else "invalid"
                         if not out.metrics.get("load_output_tok_s"):
-                            rec["status"] = "failed"
+                            status = "failed"
+                        rec = LoadSample.model_validate({
+                            **head, "valid": out.valid, "reason": out.reason,
+                            "metrics": out.metrics, "status": status, **out.detail})
                     self.record(rec)
-                    trouble = _server_trouble(ctx.server) if rec["status"] == "failed" else None
+                    trouble = _server_trouble(ctx.server) if rec.status == "failed" else None
                     if trouble:
-                        raise _SlotFailed(f"{trouble} ({rec['reason']}); log: "
+                        raise _SlotFailed(f"{trouble} ({rec.reason}); log: "
                                           f"{ctx.server.log_path}")
 
 
@@ -539,13 +550,14 @@ def server_props(client: Client, arm: ResolvedArm) -> dict[str, Any] | None:
     return props
 
 
-def system_fingerprints(records: list[dict[str, Any]], slot: int) -> list[str]:
+def system_fingerprints(records: list[Record], slot: int) -> list[str]:
     """The distinct ``system_fingerprint`` values (vLLM) this slot's responses carried."""
     out: list[str] = []
     for r in records:
-        fp = r.get("system_fingerprint")
-        if r.get("slot") == slot and r.get("type") == "sample" and fp and fp not in out:
-            out.append(str(fp))
+        if isinstance(r, WorkloadSample) and r.slot == slot:
+            fp = r.system_fingerprint
+            if fp and fp not in out:
+                out.append(fp)
     return out
 
 

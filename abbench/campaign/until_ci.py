@@ -11,6 +11,7 @@ from typing import Any
 from abbench.campaign.progress import Progress
 from abbench.config.schema import Config
 from abbench.config.stats import StatsConfig
+from abbench.model.records import Record
 from abbench.model.schedule import Slot, make_schedule
 from abbench.report.table import build_table
 from abbench.stats.paired import Comparison
@@ -25,7 +26,7 @@ from abbench.stats.stopping import (
 from abbench.store.run import Run
 
 
-def watched_comparisons(records: list[dict[str, Any]], meta: dict[str, Any],
+def watched_comparisons(records: list[Record], meta: dict[str, Any],
                         settings: StatsConfig) -> list[Comparison | None]:
     """The cells --until-ci watches, with the report's own verdicts: the rows the table
     shows, or every row of ``until_metrics`` when given."""

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from abbench.config.schema import ResolvedArm
+from abbench.model.records import At, CollectorSample, Stored, WorkloadSample, at
 from abbench.slot import SlotContext
 
 
-def base_fields(ctx: SlotContext) -> dict[str, Any]:
-    s = ctx.slot
-    return {"slot": s.index, "arm": s.arm, "round": s.round, "position": s.position}
+def base_fields(ctx: SlotContext) -> At:
+    return at(ctx.slot)
 
 
 def record_window(ctx: SlotContext, *, collector: str, window: str, workload: str,
@@ -20,13 +20,11 @@ def record_window(ctx: SlotContext, *, collector: str, window: str, workload: st
     """One sample record of a collector's window: a row in the report when ``metrics``
     holds values; ``unavailable`` says which metrics could not be measured, and why
     (never a 0 in their place)."""
-    rec: dict[str, Any] = {**base_fields(ctx), "type": "sample", "valid": True,
-                           "status": "ok", "workload": workload, "collector": collector,
-                           "window": window, "metrics": metrics}
-    if unavailable:
-        rec["unavailable"] = unavailable
-    rec.update(detail)
-    ctx.record(rec)
+    more: dict[str, object] = {"unavailable": unavailable} if unavailable else {}
+    ctx.record(CollectorSample.model_validate({
+        **base_fields(ctx), "type": "sample", "valid": True, "status": "ok",
+        "workload": workload, "collector": collector, "window": window, "metrics": metrics,
+        **more, **detail}))
 
 
 @dataclass
@@ -63,25 +61,26 @@ class Collector:
         """Measure and record the window opened by :meth:`begin_window`."""
 
 
-def window_samples(ctx: SlotContext, row: str) -> list[dict[str, Any]]:
+def window_samples(ctx: SlotContext, row: str) -> list[WorkloadSample]:
     """The workload's own sample records of this slot and row (not collectors')."""
-    return [r for r in ctx.records() if r.get("type") == "sample"
-            and r.get("slot") == ctx.slot.index and r.get("workload") == row
-            and "collector" not in r]
+    return [r for r in ctx.records() if isinstance(r, WorkloadSample)
+            and r.slot == ctx.slot.index and r.workload == row]
 
 
-def decoded_tokens(samples: list[dict[str, Any]]) -> int:
+def decoded_tokens(samples: list[WorkloadSample]) -> int:
     """Tokens the client received in these samples, side calls included."""
     n = 0
     for r in samples:
-        n += int(r.get("completion_tokens") or 0)
-        for side in r.get("side_calls") or ():
-            n += int(side.get("completion_tokens") or 0)
+        n += r.completion_tokens or 0
+        for side in r.side_calls or ():
+            n += side.completion_tokens or 0
     return n
 
 
 def dig(obj: Any, path: str) -> Any:
     """``dig(rec, "usage.prompt_tokens_details.cached_tokens")``; None when absent."""
+    if isinstance(obj, Stored):
+        obj = obj.data()
     for part in path.split("."):
         if not isinstance(obj, dict) or part not in obj:
             return None

@@ -41,6 +41,7 @@ from abbench.config.collectors import (
 from abbench.config.presets import Preset, arm_preset
 from abbench.config.schema import ResolvedArm
 from abbench.errors import ConfigError, RequestError
+from abbench.model.records import CountersRecord, FlushRecord, SideCall, WorkloadSample
 from abbench.server.http import Reply
 from abbench.slot import SlotContext
 
@@ -92,7 +93,7 @@ def rate_of(delta: float, denominator: float | None) -> float | None:
 class _RateCollector(Collector):
     settings: _Rate
 
-    def _per(self, ctx: SlotContext, state: WindowState, samples: list[dict[str, Any]],
+    def _per(self, ctx: SlotContext, state: WindowState, samples: list[WorkloadSample],
              scrape_end: str | None = None) -> tuple[float | None, str | None]:
         """The window's denominator, or (None, why) when it cannot be had."""
         per = self.settings.per
@@ -197,7 +198,7 @@ class PrometheusCollector(_RateCollector):
             present = metric_names_in(text)
             rec.update(ok=True, missing=sorted(n for n in wanted.values()
                                                if _base_name(n) not in present))
-        ctx.record(rec)
+        ctx.record(CountersRecord.model_validate(rec))
 
     def begin_window(self, ctx: SlotContext, row: str) -> WindowState:
         state = WindowState(row)
@@ -285,8 +286,8 @@ class ResponseFieldCollector(_RateCollector):
         s = self.settings
         paths = s.field or list(arm_preset(ctx.arm).cached_tokens_fields)
         for rec in window_samples(ctx, state.row):
-            rep = rec.get("rep")
-            if not rec.get("valid"):
+            rep = rec.rep
+            if not rec.valid:
                 continue
             if not paths:
                 self._store(ctx, state.row, None, "no response field configured (field:)",
@@ -319,23 +320,24 @@ class ResponseFieldCollector(_RateCollector):
                         field_value=raw, per=per, source=f"response: {', '.join(paths)}")
 
 
-def _field(rec: dict[str, Any], paths: list[str], missing: str) -> Any:
+def _field(rec: WorkloadSample | SideCall, paths: list[str], missing: str) -> Any:
     raw = next((v for v in (dig(rec, p) for p in paths) if v is not None), None)
     return 0 if raw is None and missing == "zero" else raw
 
 
-def request_misses(rec: dict[str, Any], paths: list[str], missing: str = "absent"
+def request_misses(rec: WorkloadSample, paths: list[str], missing: str = "absent"
                    ) -> tuple[float | None, str | None]:
     """Prompt tokens not served from cache in one request and its side calls."""
     total = 0.0
-    for part in [rec, *(rec.get("side_calls") or ())]:
-        if part is not rec and not part.get("ok", True):
+    parts: list[WorkloadSample | SideCall] = [rec, *(rec.side_calls or ())]
+    for part in parts:
+        if isinstance(part, SideCall) and not part.ok:
             continue  # a failed side call: the server may not have seen it either
         cached = _field(part, paths, missing)
-        if part.get("prompt_tokens") is None or cached is None:
+        if part.prompt_tokens is None or cached is None:
             where = "a side call" if part is not rec else "the response"
             return None, f"{where} has no prompt_tokens or none of {paths}"
-        total += float(part["prompt_tokens"]) - float(cached)
+        total += float(part.prompt_tokens) - float(cached)
     return total, None
 
 
@@ -423,7 +425,7 @@ class FlushCollector(Collector):
         else:
             rec.update(flush_once(lambda: ctx.client.call(self.settings.method, path, timeout=60),
                                   preset))
-        ctx.record(rec)
+        ctx.record(FlushRecord.model_validate(rec))
         return None
 
 
@@ -469,7 +471,6 @@ def flush_once(send: Callable[[], Reply], preset: Preset, *,
 def flush_failure(ctx: SlotContext, row: str) -> str | None:
     """Why this slot's flush of window ``row`` failed, or None (no flush, or it worked)."""
     for r in reversed(ctx.records()):
-        if (r.get("type") == "flush" and r.get("slot") == ctx.slot.index
-                and r.get("workload") == row):
-            return None if r.get("ok") else f"the cache flush failed: {r.get('reason')}"
+        if isinstance(r, FlushRecord) and r.slot == ctx.slot.index and r.workload == row:
+            return None if r.ok else f"the cache flush failed: {r.reason}"
     return None

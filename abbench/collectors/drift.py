@@ -7,13 +7,13 @@ from __future__ import annotations
 import contextlib
 import statistics
 import threading
-from typing import Any
 
 import psutil
 
 from abbench.collectors.base import Collector, base_fields
 from abbench.collectors.memory import Nvml, open_nvml
 from abbench.config.collectors import DriftSettings
+from abbench.model.records import DriftRecord
 from abbench.slot import SlotContext
 
 #: signal -> (label, unit)
@@ -97,12 +97,10 @@ class DriftCollector(Collector):
             if vals:
                 signals[key] = {"mean": statistics.fmean(vals), "min": min(vals),
                                 "max": max(vals), "n": len(vals)}
-        rec: dict[str, Any] = {**base_fields(ctx), "type": "drift", "signals": signals,
-                               "period_s": self.settings.period_s,
-                               "warn_pct": self.settings.warn_pct}
-        if self._why:
-            rec["gpu_unavailable"] = self._why
-        ctx.record(rec)
+        more = {"gpu_unavailable": self._why} if self._why else {}
+        ctx.record(DriftRecord(**base_fields(ctx), signals=signals,
+                               period_s=self.settings.period_s,
+                               warn_pct=self.settings.warn_pct, **more))
 
     def close(self) -> None:
         self._stop.set()

@@ -22,6 +22,7 @@ from typing import Any, Literal, NamedTuple
 
 from abbench.errors import ConfigError, StoreError
 from abbench.model.metrics import Direction, spec
+from abbench.model.records import Sample, WorkloadSample
 from abbench.model.rounds import comparable_records
 from abbench.report.markdown import render_cell
 from abbench.report.table import Table
@@ -419,7 +420,11 @@ def load_samples(results_dir: Any = "results", problems: list[str] | None = None
         created = meta.get("created")
         status = meta.get("status")
         machine = (meta.get("environment") or {}).get("host")
-        records = run.records(own)
+        try:
+            records = run.records(own)
+        except StoreError as e:  # a record abbench cannot read: the run is skipped
+            own.append(str(e).replace("\n", "; "))
+            continue
         try:  # what the run's report compares: the one definition
             kept = {id(r) for r in comparable_records(records, meta)}
         except (KeyError, TypeError, ValueError) as e:
@@ -427,17 +432,17 @@ def load_samples(results_dir: Any = "results", problems: list[str] | None = None
                        "run is marked comparable")
             kept = set()
         for rec in records:
-            if rec.get("type") != "sample":
+            if not isinstance(rec, Sample):
                 continue
-            arm = rec.get("arm")
+            arm = rec.arm
             info = arms.get(arm, {})
+            context, decode = (rec.context, rec.decode_tokens) \
+                if isinstance(rec, WorkloadSample) else (None, None)
             head = (run.id, created, status, arm, info.get("label") or arm, info.get("commit"),
-                    arm == base, rec.get("round"), rec.get("position"), rec.get("rep"),
-                    rec.get("slot"), rec.get("host") or machine, rec.get("workload"),
-                    rec.get("context"),
-                    rec.get("decode_tokens"), bool(rec.get("valid", False)), rec.get("status"),
-                    id(rec) in kept, rec.get("t"))
-            for metric, value in (rec.get("metrics") or {}).items():
+                    arm == base, rec.round, rec.position, rec.rep, rec.slot,
+                    rec.host or machine, rec.workload, context, decode, rec.valid, rec.status,
+                    id(rec) in kept, rec.t)
+            for metric, value in rec.metrics.items():
                 sp = spec(metric)
                 rows.append((*head, metric, value, sp.unit, sp.direction))
     df = pd.DataFrame.from_records(rows, columns=SAMPLE_COLUMNS)

@@ -1,1 +1,2 @@
-"""Pure data: declared metrics, row keys, the schedule and what rounds are complete."""
+"""Pure data: declared metrics, row keys, the typed records of samples.jsonl, the schedule
+and what rounds are complete."""

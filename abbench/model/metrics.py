@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Literal
+
+from abbench.model.records import CollectorSample, Record
 
 Direction = Literal["higher", "lower"]
 
@@ -88,14 +90,15 @@ def spec(name: str, known: Mapping[str, MetricSpec] | None = None) -> MetricSpec
     return (known or METRICS).get(name) or METRICS.get(name) or neutral(name)
 
 
-def catalogue(records: Iterable[Mapping[str, Any]]) -> dict[str, MetricSpec]:
+def catalogue(records: Iterable[Record]) -> dict[str, MetricSpec]:
     """The built-in specs plus those that collector records carry, so that a report
     rebuilt from a stored run labels a metric of the user's own as the run did."""
     out = dict(METRICS)
     for r in records:
-        sp = r.get("spec")
-        if r.get("collector") and isinstance(sp, dict) and sp.get("name") \
-                and sp["name"] not in out:
-            out[sp["name"]] = neutral(str(sp["name"]), sp.get("label"), str(sp.get("unit", "")),
-                                      str(sp.get("direction", "higher")))
+        sp = r.spec if isinstance(r, CollectorSample) else None
+        if sp and sp.get("name") and str(sp["name"]) not in out:
+            label = sp.get("label")
+            out[str(sp["name"])] = neutral(str(sp["name"]), None if label is None else str(label),
+                                           str(sp.get("unit", "")),
+                                           str(sp.get("direction", "higher")))
     return out

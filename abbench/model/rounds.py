@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from abbench.model.records import Record, Sample, SlotRecord
 from abbench.model.schedule import Slot
 
 Pair = tuple[str, int]  # (arm, round)
@@ -55,33 +56,29 @@ class RoundsState:
                 and s.round not in dropped]
 
 
-def read_state(records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> RoundsState:
+def read_state(records: Iterable[Record], meta: dict[str, Any]) -> RoundsState:
     arms = [a["name"] for a in meta["arms"]]
     scheduled = [Slot(index=i, round=int(r), position=int(p), arm=str(a))
                  for i, (r, p, a) in enumerate(meta.get("schedule") or [])]
     state = RoundsState(arms=arms, scheduled=scheduled,
                         reruns={int(k): int(v) for k, v in (meta.get("reruns") or {}).items()})
     for rec in records:
-        if rec.get("type") != "slot":
+        if not isinstance(rec, SlotRecord):
             continue
-        rnd, slot = _int(rec.get("round")), _int(rec.get("slot"))
-        if rnd is None or rec.get("arm") is None:  # not a slot record abbench wrote
-            continue
-        pair = (str(rec["arm"]), rnd)
-        if rec.get("status") == "ok" and slot is not None:
+        pair = (rec.arm, rec.round)
+        if rec.ok and rec.slot is not None:
             state.ok.add(pair)
-            state.ok_slots.add(slot)
-        elif rec.get("status") == "failed":
-            state.failed[pair] = str(rec.get("reason") or "unknown")
+            state.ok_slots.add(rec.slot)
+        elif rec.failed:
+            state.failed[pair] = rec.reason or "unknown"
     return state
 
 
-def complete_rounds(records: list[dict[str, Any]], meta: dict[str, Any]) -> list[int]:
+def complete_rounds(records: list[Record], meta: dict[str, Any]) -> list[int]:
     return read_state(records, meta).complete()
 
 
-def comparable_records(records: list[dict[str, Any]], meta: dict[str, Any]
-                       ) -> list[dict[str, Any]]:
+def comparable_records(records: list[Record], meta: dict[str, Any]) -> list[Record]:
     """The records the comparison may use: samples of finished server lives in rounds
     that every arm finished. Slot records are all kept (the report lists failures).
 
@@ -89,21 +86,11 @@ def comparable_records(records: list[dict[str, Any]], meta: dict[str, Any]
     ``load_samples`` all take a run's samples through it."""
     state = read_state(records, meta)
     keep = set(state.complete())
-    return [rec for rec in records if rec.get("type") != "sample"
-            or (_int(rec.get("slot")) in state.ok_slots and _int(rec.get("round")) in keep)]
+    return [rec for rec in records if not isinstance(rec, Sample)
+            or (rec.slot in state.ok_slots and rec.round in keep)]
 
 
-def _int(value: Any) -> int | None:
-    """A record's slot or round number; None when it has none (a foreign record)."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def plan_resume(records: list[dict[str, Any]], meta: dict[str, Any]
+def plan_resume(records: list[Record], meta: dict[str, Any]
                 ) -> tuple[list[Slot], dict[int, int]]:
     """The slots a resumed run still has to run, and the failed-round -> re-run map.
 
@@ -135,16 +122,16 @@ def plan_resume(records: list[dict[str, Any]], meta: dict[str, Any]
 RoundValues = dict[tuple[str, str], dict[str, dict[int, float]]]
 
 
-def round_values(records: list[dict[str, Any]]) -> RoundValues:
+def round_values(records: list[Record]) -> RoundValues:
     """(workload, metric) -> arm -> round -> mean of the valid reps."""
     acc: dict[tuple[str, str], dict[str, dict[int, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list)))
     for rec in records:
-        if rec.get("type") != "sample" or not rec.get("valid", False):
+        if not isinstance(rec, Sample) or not rec.valid:
             continue
-        for metric, value in (rec.get("metrics") or {}).items():
+        for metric, value in rec.metrics.items():
             if value is None or not math.isfinite(value):
                 continue
-            acc[(rec["workload"], metric)][rec["arm"]][int(rec["round"])].append(float(value))
+            acc[(rec.workload, metric)][rec.arm][rec.round].append(float(value))
     return {k: {arm: {r: statistics.fmean(v) for r, v in rounds.items()}
                 for arm, rounds in by_arm.items()} for k, by_arm in acc.items()}

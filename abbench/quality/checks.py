@@ -32,6 +32,7 @@ from abbench.config.files import ITEM_FILE_MAX, load_yaml, read_text
 from abbench.config.quality import Check, PromptItem, QualityConfig, QualityItem
 from abbench.config.schema import Config, placeholder_values, substitute
 from abbench.errors import ConfigError, Interrupted, RequestError, clip, clip_repr
+from abbench.model.records import At, QualityCommand, QualityItemRecord, QualitySample, at
 from abbench.slot import SlotContext, SlotTask
 from abbench.workload.decode import filler_text
 from abbench.workload.greedy import generate
@@ -318,14 +319,13 @@ class QualityTask:
     def run(self, ctx: SlotContext) -> None:
         if ctx.slot.round % self.qc.every:
             return
-        base = {"slot": ctx.slot.index, "arm": ctx.arm.name, "round": ctx.slot.round,
-                "position": ctx.slot.position}
+        base = at(ctx.slot)
         if self.suite is not None:
             self._suite(ctx, base)
         if self.qc.command:
             self._command(ctx, base)
 
-    def _suite(self, ctx: SlotContext, base: dict[str, Any]) -> None:
+    def _suite(self, ctx: SlotContext, base: At) -> None:
         assert self.suite is not None
         suite = self.suite
         t0 = time.time()
@@ -334,7 +334,7 @@ class QualityTask:
             if ctx.stop_event.is_set():
                 raise Interrupted("interrupted during the quality suite")
             max_tokens = item.max_tokens or suite.max_tokens or 32
-            rec: dict[str, Any] = {**base, "type": "quality_item", "suite": suite.name,
+            rec: dict[str, object] = {**base, "type": "quality_item", "suite": suite.name,
                                    "id": item.id, "index": i, "max_tokens": max_tokens,
                                    "check": item.check.model_dump(exclude_defaults=True)}
             try:
@@ -348,9 +348,9 @@ class QualityTask:
                 rec.update(output=None, passed=False, verdict=f"error: {e.message}",
                            error=str(e))
                 errors.append(f"{item.id}: {e.message}")
-            ctx.record(rec)
+            ctx.record(QualityItemRecord.model_validate(rec))
         total = len(suite.items)
-        sample: dict[str, Any] = {
+        sample: dict[str, object] = {
             **base, "type": "sample", "workload": "server", "rep": 0, "t": t0,
             "metrics": {"quality": passed, "quality_total": total},
             "quality": {"source": "suite", "suite": suite.name, "path": str(suite.path),
@@ -361,9 +361,9 @@ class QualityTask:
                                  f"{errors[0]}")
         else:
             sample.update(valid=True, status="ok", reason=None)
-        ctx.record(sample)
+        ctx.record(QualitySample.model_validate(sample))
 
-    def _command(self, ctx: SlotContext, base: dict[str, Any]) -> None:
+    def _command(self, ctx: SlotContext, base: At) -> None:
         assert self.qc.command is not None
         values = placeholder_values(ctx.cfg, ctx.arm, port=ctx.server.port,
                                     round_=ctx.slot.round)
@@ -374,10 +374,11 @@ class QualityTask:
                           stem=f"{ctx.arm.name}-r{ctx.slot.round}", stop=ctx.stop_event)
         rel = {k: str(p.relative_to(ctx.run_dir)) for k, p in
                (("stdout", res.stdout_path), ("stderr", res.stderr_path))}
-        ctx.record({**base, "type": "quality_command", "argv": res.argv,
-                    "returncode": res.returncode, "seconds": res.seconds, **rel,
-                    "passed": res.passed, "total": res.total, "error": res.error})
-        sample: dict[str, Any] = {**base, "type": "sample", "workload": "server", "rep": 0,
+        ctx.record(QualityCommand.model_validate({
+            **base, "type": "quality_command", "argv": res.argv, "returncode": res.returncode,
+            "seconds": res.seconds, **rel, "passed": res.passed, "total": res.total,
+            "error": res.error}))
+        sample: dict[str, object] = {**base, "type": "sample", "workload": "server", "rep": 0,
                                   "t": t0, "quality": {"source": "command", **rel}}
         if res.error is None:
             sample.update(valid=True, status="ok", reason=None,
@@ -386,7 +387,7 @@ class QualityTask:
         else:
             sample.update(valid=False, status="failed", metrics={},
                           reason=f"quality command {res.error} (see {rel['stderr']})")
-        ctx.record(sample)
+        ctx.record(QualitySample.model_validate(sample))
 
 
 def quality_tasks(cfg: Config) -> list[SlotTask]:

@@ -19,11 +19,11 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from abbench.config.quality import FingerprintConfig, NonceSet, PromptItem, PromptSetRef
 from abbench.config.schema import Config
 from abbench.errors import ConfigError, Interrupted, RequestError, clip, clip_repr
+from abbench.model.records import FingerprintOutput, FingerprintRecord, at
 from abbench.quality.checks import load_item_file
 from abbench.slot import SlotContext, SlotTask
 from abbench.workload.decode import filler_text
@@ -154,8 +154,7 @@ class FingerprintTask:
     def run(self, ctx: SlotContext) -> None:
         run_seed = ctx.run_seed
         pass_ = "cold" if self.cold else "warm"
-        base = {"slot": ctx.slot.index, "arm": ctx.arm.name, "round": ctx.slot.round,
-                "position": ctx.slot.position, "pass": pass_}
+        base = {**at(ctx.slot), "pass": pass_}
         for ps in self.sets(run_seed):
             texts: list[str] = []
             errors: list[str] = []
@@ -164,8 +163,9 @@ class FingerprintTask:
                 if ctx.stop_event.is_set():
                     raise Interrupted("interrupted during the fingerprint prompts")
                 max_tokens = item.max_tokens or ps.max_tokens
-                rec: dict[str, Any] = {**base, "type": "fingerprint_output", "set": ps.name,
-                                       "id": item.id, "index": i, "max_tokens": max_tokens}
+                rec: dict[str, object] = {**base, "type": "fingerprint_output",
+                                          "set": ps.name, "id": item.id, "index": i,
+                                          "max_tokens": max_tokens}
                 if item.id in ps.nonces:
                     rec.update(nonce=ps.nonces[item.id or ""], prompt=item.prompt)
                 try:
@@ -178,12 +178,11 @@ class FingerprintTask:
                 except RequestError as e:
                     rec.update(text=None, error=str(e))
                     errors.append(f"{item.id}: {e.message}")
-                ctx.record(rec)
-            ctx.record({**base, "type": "fingerprint", "set": ps.name, "source": ps.source,
-                        "t": t0, "prompts": len(ps.items), "max_tokens": ps.max_tokens,
-                        "seed": ps.seed,
-                        "fingerprint": None if errors else fingerprint(texts),
-                        "errors": errors})
+                ctx.record(FingerprintOutput.model_validate(rec))
+            ctx.record(FingerprintRecord.model_validate({
+                **base, "type": "fingerprint", "set": ps.name, "source": ps.source, "t": t0,
+                "prompts": len(ps.items), "max_tokens": ps.max_tokens, "seed": ps.seed,
+                "fingerprint": None if errors else fingerprint(texts), "errors": errors}))
 
 
 def fingerprint_tasks(cfg: Config) -> list[SlotTask]:

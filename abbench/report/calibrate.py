@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from abbench.config.stats import StatsConfig
+from abbench.model.records import Record
 from abbench.model.rounds import comparable_records
 from abbench.report.table import Table
 from abbench.report.text import md_escape
@@ -146,7 +147,7 @@ class NoiseSources:
     skipped: list[str]
 
 
-def noise_sources(table: Table, records: list[dict[str, Any]], meta: dict[str, Any], *,
+def noise_sources(table: Table, records: list[Record], meta: dict[str, Any], *,
                   effect: float, settings: StatsConfig | None = None) -> NoiseSources:
     """The variance components of every table row that has reps, from a run's records
     (the comparable ones: rounds every arm finished), and the reps and rounds each

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from abbench.errors import ConfigError, StoreError
+from abbench.model.records import Record, Sample
 from abbench.model.rounds import comparable_records
 from abbench.report.formats import render_csv, render_json
 from abbench.report.markdown import render_markdown
@@ -23,7 +24,7 @@ def render(table: Table, fmt: Format) -> str:
     return RENDERERS[fmt](table)
 
 
-def table_of(records: list[dict[str, Any]], meta: dict[str, Any], *,
+def table_of(records: list[Record], meta: dict[str, Any], *,
              baseline: str | None = None, rows: Literal["table", "all"] = "table") -> Table:
     """The table of a run's records, as the run itself renders it: Pinpoint's rule
     leaves a round with a failed (arm, round) pair out of the comparison whole, and
@@ -63,15 +64,15 @@ def _pick_arm(meta: dict[str, Any], arm: str | None, where: str) -> dict[str, An
 
 
 def _side(run: Run, arm: dict[str, Any], key: str,
-          problems: list[str] | None) -> list[dict[str, Any]]:
+          problems: list[str] | None) -> list[Record]:
     """The arm's comparable records (those its own run's report compares) renamed to
     ``key``, the rounds they measured renumbered 0, 1, ... in order."""
     recs = [r for r in comparable_records(run.records(problems), run.meta())
-            if r.get("arm") == arm["name"] and r.get("round") is not None]
-    rounds = sorted({int(r["round"]) for r in recs if r.get("type") == "sample"})
+            if r.arm == arm["name"] and r.round is not None]
+    rounds = sorted({r.round for r in recs if isinstance(r, Sample)})
     index = {r: i for i, r in enumerate(rounds)}
-    return [{**r, "arm": key, "round": index[int(r["round"])]} for r in recs
-            if int(r["round"]) in index]
+    return [r.model_copy(update={"arm": key, "round": index[r.round]}) for r in recs
+            if r.round in index]
 
 
 def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,
@@ -100,8 +101,8 @@ def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,
             "arms": [{"name": key_a, "label": label(run_a, info_a)},
                      {"name": key_b, "label": label(run_b, info_b)}]}
     table = build_table(records, meta)
-    n_a = len({r["round"] for r in records if r["arm"] == key_a})
-    n_b = len({r["round"] for r in records if r["arm"] == key_b})
+    n_a = len({r.round for r in records if r.arm == key_a})
+    n_b = len({r.round for r in records if r.arm == key_b})
     table.header = (f"abbench compare: run `{run_a.id}` arm {info_a['name']} (baseline) "
                     f"against run `{run_b.id}` arm {info_b['name']}; rounds paired by index "
                     f"({min(n_a, n_b)} pairs of {n_a} and {n_b} rounds)")

@@ -41,7 +41,7 @@ def render_json(table: Table) -> str:
             for rows, shown in ((table.rows, True), (table.hidden, False)) for r in rows
         ],
         "invalid": table.invalid,
-        "failed": [{"arm": f["arm"], "round": f["round"], "reason": f.get("reason")}
+        "failed": [{"arm": f.arm, "round": f.round, "reason": f.reason}
                    for f in table.failed_slots],
         "footer": table.footer,
         "quality": quality_text.to_json(table.quality),

@@ -47,8 +47,8 @@ def render_markdown(table: Table) -> str:
         parts = ", ".join(f"{md_escape(table.labels[a])}: {n}" for a, n in table.invalid.items())
         lines.append(f"Invalid samples (wrong token count or failed; left out): {parts}.")
     for f in table.failed_slots:
-        lines.append(f"Failed: arm {md_escape(f['arm'])}, round {f['round']}: "
-                     f"{md_escape(f.get('reason') or 'unknown')}.")
+        lines.append(f"Failed: arm {md_escape(f.arm)}, round {f.round}: "
+                     f"{md_escape(f.reason or 'unknown')}.")
     lines.extend(table.footer)
     lines.extend(quality_text.render_section(table))
     details = details_lines(table)

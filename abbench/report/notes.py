@@ -9,6 +9,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from abbench.collectors.drift import SIGNALS
+from abbench.model.records import (
+    CollectorSample,
+    CountersRecord,
+    DriftRecord,
+    FlushRecord,
+    LoadRequest,
+    LoadSample,
+    Record,
+    Sample,
+)
 from abbench.model.rounds import read_state
 from abbench.report.text import md_escape
 
@@ -18,18 +28,18 @@ def _pct(a: float, b: float) -> float:
     return 0.0 if ref == 0 else abs(a - b) / ref * 100
 
 
-def drift_report(records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+def drift_report(records: list[Record]) -> tuple[list[str], list[str]]:
     """(detail lines: a table of each signal's per-round mean by arm, warnings)."""
-    drift = [r for r in records if r.get("type") == "drift"]
+    drift = [r for r in records if isinstance(r, DriftRecord)]
     if not drift:
         return [], []
-    warn_pct = float(drift[0].get("warn_pct", 5.0))
+    warn_pct = float(drift[0].warn_pct)
     by: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     for r in drift:
-        for key, s in (r.get("signals") or {}).items():
-            by[key][r["arm"]][int(r["round"])] = float(s["mean"])
-    arms = list(dict.fromkeys(r["arm"] for r in drift))
-    rounds = sorted({int(r["round"]) for r in drift})
+        for key, s in r.signals.items():
+            by[key][r.arm][r.round] = float(s["mean"])
+    arms = list(dict.fromkeys(r.arm for r in drift))
+    rounds = sorted({r.round for r in drift})
     lines = ["| signal | arm | " + " | ".join(f"r{n}" for n in rounds) + " |",
              "|---|---|" + "---|" * len(rounds)]
     warnings: list[str] = []
@@ -62,39 +72,38 @@ def drift_report(records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     return lines, warnings
 
 
-def collector_notes(records: list[dict[str, Any]]) -> list[str]:
+def collector_notes(records: list[Record]) -> list[str]:
     """Lines for the end of the report: unavailable metrics, sampling periods, drift."""
     out: list[str] = []
     why: dict[str, set[str]] = defaultdict(set)
     periods: set[float] = set()
-    for r in records:
-        if r.get("type") != "sample" or "collector" not in r:
-            continue
-        for metric, reason in (r.get("unavailable") or {}).items():
+    collected = [r for r in records if isinstance(r, CollectorSample)]
+    for r in collected:
+        for metric, reason in (r.unavailable or {}).items():
             why[metric].add(reason)
-        if r.get("period_ms") is not None and r.get("metrics"):
-            periods.add(float(r["period_ms"]))
+        if r.period_ms is not None and r.metrics:
+            periods.add(float(r.period_ms))
     for metric, reasons in why.items():
         out.append(f"Unavailable: {metric}: {'; '.join(sorted(reasons))}.")
     missing: dict[str, set[str]] = defaultdict(set)
-    for r in records:
-        if r.get("type") == "counters" and r.get("missing"):
-            missing[str(r.get("arm"))].update(r["missing"])
+    for c in records:
+        if isinstance(c, CountersRecord) and c.missing:
+            missing[c.arm].update(c.missing)
     for arm, names in sorted(missing.items()):
         out.append(f"Counters missing: arm {arm}'s server does not expose "
                    f"{', '.join(sorted(names))} (read once per server life).")
     sources: dict[str, set[str]] = defaultdict(set)
-    for r in records:
-        if r.get("type") == "sample" and r.get("source") and r.get("metrics"):
-            for metric in r["metrics"]:
-                sources[metric].add(str(r["source"]))
+    for r in collected:
+        if r.source and r.metrics:
+            for metric in r.metrics:
+                sources[metric].add(r.source)
     for metric, srcs in sorted(sources.items()):
         out.append(f"Source of {metric}: {'; '.join(sorted(srcs))}.")
-    flushes = [r for r in records if r.get("type") == "flush"]
-    failed = [r for r in flushes if not r.get("ok")]
+    flushes = [r for r in records if isinstance(r, FlushRecord)]
+    failed = [r for r in flushes if not r.ok]
     if flushes:
         out.append(f"Cache flushes: {len(flushes) - len(failed)} of {len(flushes)} succeeded"
-                   + (f" (failed: {failed[0].get('reason')})." if failed else "."))
+                   + (f" (failed: {failed[0].reason})." if failed else "."))
     if periods:
         out.append("Memory peaks: sampled every " + ", ".join(f"{p:g}" for p in
                    sorted(periods)) + " ms over the server's whole process tree; spikes "
@@ -107,12 +116,12 @@ def collector_notes(records: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def side_call_notes(records: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+def side_call_notes(records: list[Record], meta: dict[str, Any]) -> list[str]:
     """Side calls against a server with one slot queue behind the long decode: they
     measure the wait, not concurrent service. Said for every arm whose server says so
     (llama.cpp's /props ``total_slots``)."""
-    with_side = {r["arm"] for r in records
-                 if r.get("type") == "sample" and "side_call_ms" in (r.get("metrics") or {})}
+    with_side = {r.arm for r in records
+                 if isinstance(r, Sample) and "side_call_ms" in r.metrics}
     out = []
     for arm in sorted(with_side):
         slots = ((meta.get("servers") or {}).get(arm) or {}).get("total_slots")
@@ -123,7 +132,7 @@ def side_call_notes(records: list[dict[str, Any]], meta: dict[str, Any]) -> list
     return out
 
 
-def fault_notes(records: list[dict[str, Any]], meta: dict[str, Any],
+def fault_notes(records: list[Record], meta: dict[str, Any],
                 max_samples: int = 10) -> list[str]:
     """Report lines: rounds left out and why, unfinished pairs, invalid samples."""
     state = read_state(records, meta)
@@ -142,11 +151,11 @@ def fault_notes(records: list[dict[str, Any]], meta: dict[str, Any],
         more = f" and {len(left) - 12} more" if len(left) > 12 else ""
         notes.append(f"Not run yet (interrupted): {pairs}{more}; "
                      "`abbench run --resume` finishes them.")
-    bad = [rec for rec in records if rec.get("type") == "sample" and not rec.get("valid")]
+    bad = [rec for rec in records if isinstance(rec, Sample) and not rec.valid]
     for rec in bad[:max_samples]:
-        notes.append(f"Sample {rec.get('status', 'invalid')}: arm {md_escape(rec['arm'])}, "
-                     f"round {rec['round']}, {md_escape(rec.get('workload', '?'))} rep "
-                     f"{rec.get('rep', 0)}: {md_escape(rec.get('reason') or 'no reason')}.")
+        notes.append(f"Sample {rec.status or 'invalid'}: arm {md_escape(rec.arm)}, "
+                     f"round {rec.round}, {md_escape(rec.workload)} rep "
+                     f"{rec.rep or 0}: {md_escape(rec.reason or 'no reason')}.")
     if len(bad) > max_samples:
         notes.append(f"... and {len(bad) - max_samples} more invalid samples "
                      "(samples.jsonl has each reason).")
@@ -163,21 +172,20 @@ def run_notes(meta: Mapping[str, Any]) -> list[str]:
             f"looks after rounds {looks or '–'}); stopped: {seq.get('stopped') or 'not yet'}."]
 
 
-def load_notes(records: list[dict[str, Any]]) -> list[str]:
+def load_notes(records: list[Record]) -> list[str]:
     """Lines about load workloads: how ITL was computed from the chunks, requests left
     out of the percentiles, and the checks that the client was not the bottleneck."""
-    samples = [r for r in records if r.get("type") == "sample" and r.get("level")
-               and "collector" not in r]
+    samples = [r for r in records if isinstance(r, LoadSample) and r.level]
     if not samples:
         return []
-    kept = {(s.get("slot"), s["workload"]) for s in samples}  # the compared server lives
-    reqs = [r for r in records if r.get("type") == "load_request" and not r.get("warmup")
-            and (r.get("slot"), r.get("workload")) in kept]
-    ok = [r for r in reqs if r.get("status") == "ok"]
+    kept = {(s.slot, s.workload) for s in samples}  # the compared server lives
+    reqs = [r for r in records if isinstance(r, LoadRequest) and not r.warmup
+            and (r.slot, r.workload) in kept]
+    ok = [r for r in reqs if r.status == "ok"]
     out: list[str] = []
-    several = [r for r in ok if r.get("tokens_per_chunk") in ("spread", "reported")]
+    several = [r for r in ok if r.tokens_per_chunk in ("spread", "reported")]
     if several:
-        how = " and ".join(sorted({"counts the server sent" if r["tokens_per_chunk"] ==
+        how = " and ".join(sorted({"counts the server sent" if r.tokens_per_chunk ==
                                    "reported" else "counts inferred from the total"
                                    for r in several}))
         out.append(f"Load ITL: in {len(several)} of {len(ok)} requests some chunks carried "
@@ -186,25 +194,26 @@ def load_notes(records: list[dict[str, Any]]) -> list[str]:
     elif ok:
         out.append("Load ITL: every chunk carried one token; each gap between two chunks is "
                    "one inter-token latency.")
-    bad = [r for r in reqs if r.get("status") != "ok"]
+    bad = [r for r in reqs if r.status != "ok"]
     if bad:
         why: dict[str, int] = defaultdict(int)
         for r in bad:
-            why[str(r.get("reason") or r.get("status"))] += 1
+            why[str(r.reason or r.status)] += 1
         top = "; ".join(f"{md_escape(k)} (x{v})" for k, v in
                         sorted(why.items(), key=lambda kv: -kv[1])[:3])
         out.append(f"Load requests left out of the percentiles: {len(bad)} of {len(reqs)} "
                    f"failed or had the wrong length ({top}); each counts as a failed "
                    "request and never towards goodput.")
-    busy = [s for s in samples if (s.get("client_cpu_share") or 0.0) > 0.8]
+    busy = [s for s in samples if (s.client_cpu_share or 0.0) > 0.8]
     if busy:
-        worst = max(busy, key=lambda s: s["client_cpu_share"])
-        out.append(f"Warning: the load client used up to {worst['client_cpu_share'] * 100:.0f}% "
-                   f"of a core ({md_escape(worst['arm'])}, round {worst['round']}, "
-                   f"{md_escape(worst['workload'])}): it may have limited the load it sent.")
+        worst = max(busy, key=lambda s: s.client_cpu_share or 0.0)
+        share = worst.client_cpu_share or 0.0
+        out.append(f"Warning: the load client used up to {share * 100:.0f}% "
+                   f"of a core ({md_escape(worst.arm)}, round {worst.round}, "
+                   f"{md_escape(worst.workload)}): it may have limited the load it sent.")
     for s in samples:
-        rate, sent = s.get("rate"), s.get("sent_req_s")
-        if rate and sent and abs(sent / rate - 1) > 0.05 and s.get("valid"):
-            out.append(f"Warning: {md_escape(s['workload'])} ({md_escape(s['arm'])}, round "
-                       f"{s['round']}) sent {sent:.2f} req/s against {rate:g} asked for.")
+        rate, sent = s.rate, s.sent_req_s
+        if rate and sent and abs(sent / rate - 1) > 0.05 and s.valid:
+            out.append(f"Warning: {md_escape(s.workload)} ({md_escape(s.arm)}, round "
+                       f"{s.round}) sent {sent:.2f} req/s against {rate:g} asked for.")
     return out

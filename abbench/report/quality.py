@@ -13,6 +13,13 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from abbench.model.records import (
+    FingerprintOutput,
+    FingerprintRecord,
+    QualityCommand,
+    QualityItemRecord,
+    Record,
+)
 from abbench.stats.mcnemar import mcnemar_p
 
 MAX_LISTED = 3  # differing prompts named per arm in the report
@@ -102,12 +109,12 @@ class ItemTest:
         return "no significant change"
 
 
-def item_tests(records: list[dict[str, Any]], arms: list[str], baseline: str, *,
+def item_tests(records: list[Record], arms: list[str], baseline: str, *,
                alpha: float = 0.05) -> list[ItemTest]:
     votes: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
-        if r.get("type") == "quality_item" and isinstance(r.get("passed"), bool):
-            votes[(r["arm"], r.get("suite", "?"))][str(r["id"])].append(r["passed"])
+        if isinstance(r, QualityItemRecord) and r.passed is not None:
+            votes[(r.arm, r.suite)][str(r.id)].append(r.passed)
 
     def majority(v: dict[str, list[bool]]) -> dict[str, bool]:
         return {k: 2 * sum(x) > len(x) for k, x in v.items()}
@@ -133,8 +140,8 @@ def item_tests(records: list[dict[str, Any]], arms: list[str], baseline: str, *,
 class QualitySummary:
     sets: list[SetSummary]
     #: (arm, suite, item id) -> failing item records, by round
-    failed_items: dict[tuple[str, str, str], list[dict[str, Any]]]
-    command_failures: list[dict[str, Any]]
+    failed_items: dict[tuple[str, str, str], list[QualityItemRecord]]
+    command_failures: list[QualityCommand]
     command_outputs: list[str]
     item_tests: list[ItemTest] = field(default_factory=list)
 
@@ -144,16 +151,14 @@ class QualitySummary:
                     or self.item_tests)
 
 
-def _outputs(records: list[dict[str, Any]], set_name: str, pass_: str
+def _outputs(records: list[Record], set_name: str, pass_: str
              ) -> dict[str, dict[int, dict[str, Output]]]:
     """arm -> round -> prompt id -> output."""
     out: dict[str, dict[int, dict[str, Output]]] = defaultdict(lambda: defaultdict(dict))
     for r in records:
-        if r.get("type") == "fingerprint_output" and r.get("set") == set_name \
-                and r.get("pass") == pass_:
-            out[r["arm"]][int(r["round"])][str(r["id"])] = Output(
-                str(r["id"]), int(r.get("index", 0)), int(r["round"]), r.get("text"),
-                list(r.get("tokens") or []), r.get("prompt"))
+        if isinstance(r, FingerprintOutput) and r.set == set_name and r.pass_ == pass_:
+            out[r.arm][r.round][str(r.id)] = Output(str(r.id), r.index, r.round, r.text,
+                                                    list(r.tokens or []), r.prompt)
     return out
 
 
@@ -185,16 +190,14 @@ def compare_outputs(a: dict[str, Output], b: dict[str, Output]) -> tuple[int, li
     return len(common), diffs
 
 
-def summarize(records: list[dict[str, Any]], arms: list[str], baseline: str, *,
+def summarize(records: list[Record], arms: list[str], baseline: str, *,
               alpha: float = 0.05) -> QualitySummary:
     sets: dict[str, SetSummary] = {}
     for r in records:
-        if r.get("type") != "fingerprint":
+        if not isinstance(r, FingerprintRecord):
             continue
-        s = sets.setdefault(r["set"], SetSummary(r["set"], int(r.get("prompts") or 0),
-                                                 r.get("max_tokens"), {}))
-        s.fingerprints.setdefault(r["arm"], {}).setdefault(r["pass"], {})[int(r["round"])] = \
-            r.get("fingerprint")
+        s = sets.setdefault(r.set, SetSummary(r.set, r.prompts, r.max_tokens, {}))
+        s.fingerprints.setdefault(r.arm, {}).setdefault(r.pass_, {})[r.round] = r.fingerprint
     for s in sets.values():
         cold = _outputs(records, s.name, "cold")
         if baseline not in cold:
@@ -204,14 +207,14 @@ def summarize(records: list[dict[str, Any]], arms: list[str], baseline: str, *,
             if arm != baseline and arm in cold:
                 n, diffs = compare_outputs(base, typical_outputs(cold[arm]))
                 s.comparisons.append(SetComparison(arm, n, diffs))
-    failed: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        if r.get("type") == "quality_item" and not r.get("passed"):
-            failed[(r["arm"], r.get("suite", "?"), str(r["id"]))].append(r)
-    commands = [r for r in records if r.get("type") == "quality_command"]
+    failed: dict[tuple[str, str, str], list[QualityItemRecord]] = defaultdict(list)
+    for q in records:
+        if isinstance(q, QualityItemRecord) and not q.passed:
+            failed[(q.arm, q.suite, str(q.id))].append(q)
+    commands = [c for c in records if isinstance(c, QualityCommand)]
     return QualitySummary(list(sets.values()), dict(failed),
-                          [r for r in commands if r.get("error")],
-                          sorted({r["stdout"] for r in commands if r.get("stdout")}),
+                          [c for c in commands if c.error],
+                          sorted({c.stdout for c in commands if c.stdout}),
                           item_tests(records, arms, baseline, alpha=alpha))
 
 

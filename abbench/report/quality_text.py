@@ -8,6 +8,7 @@ import textwrap
 from typing import Any
 
 from abbench.errors import ConfigError
+from abbench.model.records import FingerprintRecord, Record
 from abbench.report.quality import (
     MAX_LISTED,
     QualitySummary,
@@ -77,18 +78,18 @@ def render_section(table: Table) -> list[str]:
         for (arm, suite, item), recs in sorted(q.failed_items.items(),
                                               key=lambda kv: (table.arms.index(kv[0][0])
                                                               if kv[0][0] in table.arms else 99,
-                                                              kv[1][0].get("index", 0))):
+                                                              kv[1][0].index)):
             first = recs[0]
-            rounds = ", ".join(str(r["round"]) for r in recs)
+            rounds = ", ".join(str(r.round) for r in recs)
             lines.append(f"- {label.get(arm, md_escape(arm))}, `{md_escape(suite)}/"
                          f"{md_escape(item)}` (round {rounds}): "
-                         f"{md_escape(first.get('verdict') or 'fail')}; output "
-                         f"{md_escape(_short(first.get('output')))}")
+                         f"{md_escape(first.verdict or 'fail')}; output "
+                         f"{md_escape(_short(first.output))}")
         lines += ["", "</details>"]
     for r in q.command_failures:
-        stderr = md_escape(r.get("stderr") or "")
-        lines.append(f"Quality command failed: arm {md_escape(r['arm'])}, round {r['round']}: "
-                     f"{md_escape(r.get('error') or '?')} (stderr: {stderr}).")
+        stderr = md_escape(r.stderr or "")
+        lines.append(f"Quality command failed: arm {md_escape(r.arm)}, round {r.round}: "
+                     f"{md_escape(r.error or '?')} (stderr: {stderr}).")
     if q.command_outputs:
         lines.append(f"Quality command output kept in `{q.command_outputs[0].split('/')[0]}/` "
                      "of the run folder.")
@@ -179,10 +180,10 @@ def to_json(q: QualitySummary | None) -> dict[str, Any] | None:
                                    for d in c.diffs]} for c in s.comparisons]}
                  for s in q.sets],
         "failed_items": [{"arm": arm, "suite": suite, "id": item,
-                          "rounds": [r["round"] for r in recs],
-                          "verdict": recs[0].get("verdict"), "output": recs[0].get("output")}
+                          "rounds": [r.round for r in recs],
+                          "verdict": recs[0].verdict, "output": recs[0].output}
                          for (arm, suite, item), recs in q.failed_items.items()],
-        "command_failures": [{"arm": r["arm"], "round": r["round"], "error": r.get("error")}
+        "command_failures": [{"arm": r.arm, "round": r.round, "error": r.error}
                              for r in q.command_failures],
         "item_tests": [{"arm": t.arm, "suite": t.suite, "items": t.items, "lost": t.lost,
                         "gained": t.gained, "p": t.p, "alpha": t.alpha, "test": "exact McNemar",
@@ -209,7 +210,7 @@ def side_by_side(a: str, b: str, head_a: str, head_b: str, width: int = 48) -> l
     return out
 
 
-def diff_text(records: list[dict[str, Any]], meta: dict[str, Any], *, set_name: str,
+def diff_text(records: list[Record], meta: dict[str, Any], *, set_name: str,
               arms: list[str], prompt: str | None = None, pass_: str = "cold",
               round_: int | None = None, width: int = 48) -> str:
     """Two arms' outputs for one prompt set, the differing ones side by side with the
@@ -223,7 +224,7 @@ def diff_text(records: list[dict[str, Any]], meta: dict[str, Any], *, set_name: 
                               f"{', '.join(known)}")
     outs = _outputs(records, set_name, pass_)
     if not outs:
-        sets = sorted({r["set"] for r in records if r.get("type") == "fingerprint"})
+        sets = sorted({r.set for r in records if isinstance(r, FingerprintRecord)})
         raise ConfigError(f"no {pass_} outputs of prompt set {set_name!r} in run {meta['id']}",
                           hint=f"sets: {', '.join(sets)}" if sets else
                           "this run has no fingerprints: add fingerprints: to the arms file")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from abbench.config.stats import StatsConfig
+from abbench.model.records import LoadSample, Record
 from abbench.model.rounds import comparable_records, round_values
 from abbench.stats.paired import compare
 
@@ -30,7 +31,7 @@ class Point:
     values: dict[str, tuple[float, float | None, float | None]] = field(default_factory=dict)
 
 
-def sweep_points(records: list[dict[str, Any]], meta: dict[str, Any]
+def sweep_points(records: list[Record], meta: dict[str, Any]
                  ) -> dict[str, dict[str, list[Point]]]:
     """workload title -> arm -> its points, in level order."""
     records = comparable_records(records, meta)
@@ -39,8 +40,8 @@ def sweep_points(records: list[dict[str, Any]], meta: dict[str, Any]
     base = meta.get("baseline") or arms[0]
     levels: dict[str, list[tuple[str, str]]] = {}  # title -> [(row, level)]
     for r in records:
-        if r.get("type") == "sample" and r.get("level") and "collector" not in r:
-            row, level = str(r["workload"]), str(r["level"])
+        if isinstance(r, LoadSample) and r.level:
+            row, level = r.workload, r.level
             title = row[: -len(level) - 1] if row.endswith(" " + level) else row
             if (row, level) not in levels.setdefault(title, []):
                 levels[title].append((row, level))
@@ -75,7 +76,7 @@ def sweep_points(records: list[dict[str, Any]], meta: dict[str, Any]
     return {t: v for t, v in out.items() if v}
 
 
-def write_sweep(records: list[dict[str, Any]], meta: dict[str, Any], path: Path) -> bool:
+def write_sweep(records: list[Record], meta: dict[str, Any], path: Path) -> bool:
     """Draw ``path`` (PNG or SVG) when the run has load rows; False when it has none."""
     data = sweep_points(records, meta)
     if not data:

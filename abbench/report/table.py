@@ -18,6 +18,7 @@ from abbench.config.schema import format_context
 from abbench.config.stats import StatsConfig, TableConfig
 from abbench.errors import ConfigError
 from abbench.model.metrics import MetricSpec, catalogue, spec
+from abbench.model.records import Record, Sample, SlotRecord, WorkloadSample
 from abbench.model.rounds import round_values
 from abbench.model.rows import SERVER_ROW, RowKey
 from abbench.report import quality
@@ -75,12 +76,12 @@ class Table:
     hidden: list[Row] = field(default_factory=list)
     footer: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    failed_slots: list[dict[str, Any]] = field(default_factory=list)
+    failed_slots: list[SlotRecord] = field(default_factory=list)
     invalid: dict[str, int] = field(default_factory=dict)
     quality: quality.QualitySummary | None = None
 
 
-def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
+def build_table(records: list[Record], meta: dict[str, Any], *,
                 baseline: str | None = None, metrics: list[str] | None = None,
                 rows: Literal["table", "all"] = "table",
                 settings: StatsConfig | None = None) -> Table:
@@ -123,9 +124,9 @@ def build_table(records: list[dict[str, Any]], meta: dict[str, Any], *,
 
     invalid: dict[str, int] = defaultdict(int)
     for rec in records:
-        if rec.get("type") == "sample" and not rec.get("valid", False):
-            invalid[rec["arm"]] += 1
-    failed = [r for r in records if r.get("type") == "slot" and r.get("status") == "failed"]
+        if isinstance(rec, Sample) and not rec.valid:
+            invalid[rec.arm] += 1
+    failed = [r for r in records if isinstance(r, SlotRecord) and r.failed]
     table = Table(run_id=meta["id"], arms=arms, labels=labels, baseline=base, rows=shown,
                   hidden=[r for r in every if id(r) not in picked],
                   header="\n".join(x for x in (_header(meta), _builds(meta)) if x),
@@ -200,14 +201,12 @@ def _same_as(row: Row, other: Row | None) -> bool:
         and row.cells.keys() == other.cells.keys()
 
 
-def row_keys(records: list[dict[str, Any]]) -> dict[str, RowKey]:
+def row_keys(records: list[Record]) -> dict[str, RowKey]:
     """Row id -> what it measures, from the workload's own samples."""
     out: dict[str, RowKey] = {}
     for r in records:
-        if r.get("type") == "sample" and "collector" not in r and "context" in r \
-                and r.get("workload") not in out:
-            out[r["workload"]] = RowKey(r["workload"], r.get("context"), r.get("decode_tokens"),
-                                        "side_calls" in r)
+        if isinstance(r, WorkloadSample) and r.workload not in out:
+            out[r.workload] = r.row_key()
     return out
 
 
@@ -298,34 +297,36 @@ def _builds(meta: dict[str, Any]) -> str:
     return "Builds: " + "; ".join(parts) + "." if parts else ""
 
 
-def timing_agreement(records: list[dict[str, Any]]) -> tuple[float, int] | None:
+def timing_agreement(records: list[Record]) -> tuple[float, int] | None:
     """Median |client decode tok/s / server decode tok/s - 1| over samples."""
     errs = []
     for rec in records:
-        m = rec.get("metrics") or {}
-        if rec.get("type") == "sample" and rec.get("valid") and m.get("server_decode_tok_s") \
-                and m.get("decode_tok_s"):
-            errs.append(abs(m["decode_tok_s"] / m["server_decode_tok_s"] - 1))
+        if not isinstance(rec, Sample) or not rec.valid:
+            continue
+        client, server = rec.metrics.get("decode_tok_s"), rec.metrics.get("server_decode_tok_s")
+        if client and server:
+            errs.append(abs(client / server - 1))
     if not errs:
         return None
     return statistics.median(errs), len(errs)
 
 
-def timing_sources(records: list[dict[str, Any]]) -> list[str]:
+def timing_sources(records: list[Record]) -> list[str]:
     """Which server field gave the server side of the agreement line."""
     out = []
     for rec in records:
-        if rec.get("type") != "sample" or not (rec.get("metrics") or {}).get(
-                "server_decode_tok_s"):
+        if not isinstance(rec, Sample) or not rec.metrics.get("server_decode_tok_s"):
             continue
-        src = ("vLLM metrics.generation_time_ms" if (rec.get("server_metrics") or {}).get(
-            "generation_time_ms") is not None else "llama.cpp timings.predicted_per_second")
+        vllm = isinstance(rec, WorkloadSample) and (rec.server_metrics or {}).get(
+            "generation_time_ms") is not None
+        src = "vLLM metrics.generation_time_ms" if vllm else \
+            "llama.cpp timings.predicted_per_second"
         if src not in out:
             out.append(src)
     return out
 
 
-def _footer(records: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+def _footer(records: list[Record], meta: dict[str, Any]) -> list[str]:
     out = []
     agree = timing_agreement(records)
     if agree is not None:

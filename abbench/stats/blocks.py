@@ -45,6 +45,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as sps
 
+from abbench.model.records import Record, Sample
 from abbench.stats.paired import (
     Comparison,
     Verdict,
@@ -329,7 +330,7 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
     return BlockComparison(**copy, method="random", hosts_needed=need, **extra)
 
 
-def round_hosts(records: Sequence[Mapping[str, object]]) -> dict[int, str]:
+def round_hosts(records: Sequence[Record]) -> dict[int, str]:
     """round -> host from the samples' ``host`` field (a gathered run's). Empty unless
     every sample names a host and the arms of each round name the same one (rounds
     paired by index across runs, :func:`abbench.report.compare.compare_table`, are no
@@ -337,12 +338,12 @@ def round_hosts(records: Sequence[Mapping[str, object]]) -> dict[int, str]:
     out: dict[int, str] = {}
     bare = False  # a sample without a host (the other run's, in a compare)
     for rec in records:
-        if rec.get("type") != "sample" or rec.get("round") is None:
+        if not isinstance(rec, Sample):
             continue
-        if rec.get("host") is None:
+        if rec.host is None:
             bare = True
             continue
-        r, h = int(rec["round"]), str(rec["host"])  # type: ignore[call-overload]
+        r, h = rec.round, rec.host
         if out.setdefault(r, h) != h:
             return {}
     return {} if bare else out

@@ -25,8 +25,8 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from abbench.model.records import Record, Sample, SlotRecord, WorkloadSample
 from abbench.stats.paired import rounds_needed
 
 #: reps per server life that :func:`plan_reps` considers
@@ -130,17 +130,16 @@ def pooled(arms: Iterable[Iterable[Sequence[float]]]) -> Components:
 RepValues = dict[tuple[str, str], dict[str, dict[int, list[float]]]]
 
 
-def rep_values(records: Iterable[Mapping[str, Any]]) -> RepValues:
+def rep_values(records: Iterable[Record]) -> RepValues:
     """Every valid rep's value (records with a ``rep``: a collector's one value per
     life has no within-life spread), by row, arm and round."""
     acc: RepValues = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for rec in records:
-        if rec.get("type") != "sample" or not rec.get("valid", False) or "rep" not in rec:
+        if not isinstance(rec, Sample) or not rec.valid or rec.rep is None:
             continue
-        for metric, value in (rec.get("metrics") or {}).items():
+        for metric, value in rec.metrics.items():
             if isinstance(value, int | float) and math.isfinite(value) and value > 0:
-                acc[(rec["workload"], metric)][rec["arm"]][int(rec["round"])].append(
-                    float(value))
+                acc[(rec.workload, metric)][rec.arm][rec.round].append(float(value))
     return {k: {a: dict(r) for a, r in v.items()} for k, v in acc.items()}
 
 
@@ -176,38 +175,37 @@ class LifeTiming:
         return rounds * arms * (self.overhead_s + reps * self.rep_all_s)
 
 
-def life_timing(records: Iterable[Mapping[str, Any]]) -> LifeTiming | None:
+def life_timing(records: Iterable[Record]) -> LifeTiming | None:
     """Lives from the ok slot records' t_start/t_end; a rep's time is the gap from its
     sample's start to the next sample's start in the same life (the last one's: its
     time to the last token). None when no life finished."""
     recs = list(records)
-    lives = {int(r["slot"]): float(r["t_end"]) - float(r["t_start"]) for r in recs
-             if r.get("type") == "slot" and r.get("status") == "ok"
-             and isinstance(r.get("t_start"), int | float)
-             and isinstance(r.get("t_end"), int | float)}
+    lives = {r.slot: float(r.t_end) - float(r.t_start) for r in recs
+             if isinstance(r, SlotRecord) and r.ok and r.slot is not None
+             and r.t_start is not None and r.t_end is not None}
     if not lives:
         return None
-    by_slot: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    by_slot: dict[int, list[Sample]] = defaultdict(list)
     for r in recs:
-        if (r.get("type") == "sample" and "rep" in r and isinstance(r.get("t"), int | float)
-                and int(r.get("slot", -1)) in lives):
-            by_slot[int(r["slot"])].append(r)
+        if (isinstance(r, Sample) and r.rep is not None and r.t is not None
+                and r.slot in lives):
+            by_slot[r.slot].append(r)
     per_row: dict[str, list[float]] = defaultdict(list)
     measured: dict[int, float] = {}
     reps = 0
     for slot, samples in by_slot.items():
-        samples.sort(key=lambda r: float(r["t"]))
+        samples.sort(key=lambda r: float(r.t or 0))
         total = 0.0
         for k, s in enumerate(samples):
             if k + 1 < len(samples):
-                d = float(samples[k + 1]["t"]) - float(s["t"])
-            elif isinstance(s.get("t_last_s"), int | float):
-                d = float(s["t_last_s"])
+                d = float(samples[k + 1].t or 0) - float(s.t or 0)
+            elif isinstance(s, WorkloadSample) and s.t_last_s is not None:
+                d = float(s.t_last_s)
             else:
                 continue
-            per_row[str(s["workload"])].append(d)
+            per_row[s.workload].append(d)
             total += d
-            reps = max(reps, int(s["rep"]) + 1)
+            reps = max(reps, (s.rep or 0) + 1)
         measured[slot] = total
     overheads = [life - measured.get(slot, 0.0) for slot, life in lives.items()]
     return LifeTiming(lives=len(lives), life_s=statistics.median(lives.values()),

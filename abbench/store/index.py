@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from abbench.errors import StoreError
+from abbench.model.records import Sample, SlotRecord
 from abbench.model.rounds import comparable_records, round_values
 from abbench.store.run import RUN_FILE, SAMPLES_FILE, Run
 
@@ -239,9 +240,13 @@ class Index:
                        (run_id, str(p), str(e).replace("\n", "; "), run_stamp, samples_stamp))
             return
         problems: list[str] = []
-        records = run.records(problems)
-        samples = [r for r in records if r.get("type") == "sample"]
-        failed = sum(1 for r in records if r.get("type") == "slot" and r.get("status") == "failed")
+        try:
+            records = run.records(problems)
+        except StoreError as e:  # a record abbench cannot read: the run's values are left out
+            problems.append(str(e).replace("\n", "; "))
+            records = []
+        samples = [r for r in records if isinstance(r, Sample)]
+        failed = sum(1 for r in records if isinstance(r, SlotRecord) and r.failed)
         env = meta.get("environment") or {}
         db.execute(
             "INSERT INTO runs (id, path, created, created_ts, status, rounds, rounds_done, reps,"
@@ -253,7 +258,7 @@ class Index:
              meta.get("reps"), meta.get("order"), meta.get("baseline"),
              env.get("gpu_summary") or env.get("cpu"), env.get("host"),
              meta.get("config_digest"), len(samples),
-             sum(1 for r in samples if not r.get("valid", False)), failed,
+             sum(1 for r in samples if not r.valid), failed,
              run_stamp, samples_stamp))
         arms = [a for a in meta.get("arms") or [] if isinstance(a, dict) and a.get("name")]
         db.executemany("INSERT OR REPLACE INTO arms VALUES (?, ?, ?, ?, ?)",

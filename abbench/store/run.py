@@ -7,7 +7,9 @@
 - ``logs/<arm>-r<round>.log``: each server life's stdout and stderr;
 - ``report.md`` / ``report.json``: the rendered report (atomic writes).
 
-Every record carries ``schema`` (:data:`SCHEMA_VERSION`).
+Every record carries ``schema`` (:data:`SCHEMA_VERSION`). Records are the typed
+models of :mod:`abbench.model.records`: parsed here as they are read, and written
+from them (:func:`record_line`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 import yaml
 
 from abbench.errors import StoreError
+from abbench.model.records import Record, RecordError, parse_record
 from abbench.server.interrupts import shielded
 
 SCHEMA_VERSION = 1
@@ -144,7 +147,7 @@ class Run:
         self.write_meta(meta)
         return meta
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: Record) -> None:
         """Append one record and flush it to disk (fsync) before returning.
 
         One ``write`` of the whole line; when it fails (disk full) the file is cut
@@ -153,11 +156,10 @@ class Run:
         """
         self.append_many([record])
 
-    def append_many(self, records: list[dict[str, Any]]) -> None:
+    def append_many(self, records: list[Record]) -> None:
         """Append records as one write and one fsync (a load level's requests): all of
         them are on disk when it returns, or none."""
-        line = "".join(json.dumps({"schema": SCHEMA_VERSION, **record}, default=_json_default,
-                                  allow_nan=False) + "\n" for record in records).encode()
+        line = "".join(record_line(record) for record in records).encode()
         with shielded(raise_pending=True):
             try:
                 fd = os.open(self.samples_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -214,8 +216,14 @@ class Run:
         check_schema(meta.get("schema"), where=str(self.path / RUN_FILE))
         return meta
 
-    def records(self, problems: list[str] | None = None) -> list[dict[str, Any]]:
+    def records(self, problems: list[str] | None = None) -> list[Record]:
         return list(iter_records(self.samples_path, problems))
+
+
+def record_line(record: Record) -> str:
+    """One line of a samples file: ``schema`` first, then the record's fields."""
+    return json.dumps({"schema": SCHEMA_VERSION, **record.data()}, default=_json_default,
+                      allow_nan=False) + "\n"
 
 
 def _json_default(o: Any) -> Any:
@@ -237,9 +245,11 @@ def check_schema(version: Any, *, where: str) -> None:
             where=where, hint="upgrade abbench" if newer else "re-run with this abbench")
 
 
-def iter_records(path: Path, problems: list[str] | None = None) -> Iterator[dict[str, Any]]:
+def iter_records(path: Path, problems: list[str] | None = None) -> Iterator[Record]:
     """Records of a samples file. Truncated or corrupt lines are reported in
-    ``problems`` (file and line) and skipped; the rest is kept."""
+    ``problems`` (file and line) and skipped; the rest is kept. A line that is JSON of
+    this schema but no record abbench can read (a field of the wrong type, a required
+    one missing) is a :class:`StoreError` naming the file and line."""
     try:
         f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
     except FileNotFoundError:
@@ -261,7 +271,13 @@ def iter_records(path: Path, problems: list[str] | None = None) -> Iterator[dict
                     problems.append(f"{path}:{lineno}: skipped a record of schema "
                                     f"{rec.get('schema')!r}")
                 continue
-            yield rec
+            try:
+                yield parse_record(rec)
+            except RecordError as e:
+                raise StoreError(f"line {lineno} is not a record abbench can read: {e}",
+                                 where=str(path),
+                                 hint="the file was edited or written by another tool: fix "
+                                      "or delete that line (every other line is kept)") from None
 
 
 def list_runs(results: Path) -> list[Run]:

@@ -52,7 +52,7 @@ def test_counter_rates_match_the_servers_own_timings(real_parts: dict[str, str],
     """)
     out = Campaign(load_config(arms), RunOptions(results=results)).execute()
     assert no_process_left(tag)
-    recs = out.run.records()
+    recs = [r.data() for r in out.run.records()]
     slots_ok = {r["slot"] for r in recs if r["type"] == "slot" and r["status"] == "ok"}
     assert slots_ok, "no server life completed"
     checked = 0

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from abbench.cli import app
 from abbench.config.quality import PromptItem
 from abbench.config.schema import config_from_data
+from abbench.model.records import FingerprintRecord
 from abbench.quality.checks import load_item_file
 from abbench.server.process import start_server
 from abbench.store.run import list_runs
@@ -69,7 +70,7 @@ def test_code_and_think_fingerprint_on_the_real_server(tmp_path: Path,
     res = CliRunner().invoke(app, ["run", str(arms), "--results", str(results), "--plain"])
     assert res.exit_code == 0, res.output
     (run,) = list_runs(results)
-    fps = [r for r in run.records() if r.get("type") == "fingerprint"]
+    fps = [r.data() for r in run.records() if isinstance(r, FingerprintRecord)]
     assert sorted((r["arm"], r["set"]) for r in fps) == [
         ("one", "code"), ("one", "think"), ("two", "code"), ("two", "think")]
     assert all(r["fingerprint"] and not r["errors"] and r["prompts"] == 12 for r in fps)

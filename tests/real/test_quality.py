@@ -58,7 +58,7 @@ def _run(arms: Path, results: Path) -> tuple[list[dict], str]:
     res = CliRunner().invoke(app, ["run", str(arms), "--results", str(results), "--plain"])
     assert res.exit_code == 0, res.output
     (run,) = list_runs(results)
-    return run.records(), (run.path / "report.md").read_text()
+    return [r.data() for r in run.records()], (run.path / "report.md").read_text()
 
 
 def test_same_build_as_two_arms(real_parts: dict[str, str], results: Path,

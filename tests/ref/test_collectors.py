@@ -60,7 +60,7 @@ def test_a_run_with_collectors_records_rows_and_unavailable_vram(
     out = Campaign(cfg, RunOptions(results=results)).execute()
     assert out.status == "complete" and out.failed_slots == 0
     assert no_process_left(str(ROOT / "tests" / "refserver.py"))
-    recs = out.run.records()
+    recs = [r.data() for r in out.run.records()]
     vram = [r for r in recs if r.get("collector") == "vram"]
     assert len(vram) == 4 * 3  # 4 server lives x (2 workload rows + the server life)
     for r in vram:

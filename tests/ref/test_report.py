@@ -19,7 +19,7 @@ def test_side_calls_wait_behind_a_one_slot_server(tmp_path, results):
                                                          "max_tokens": 2, "delay": 0}}])
     out = Campaign(load_config(arms), RunOptions(results=results)).execute()
     assert out.status == "complete"
-    first = {arm: [r["side_calls"][0]["latency_ms"] for r in out.run.records()
+    first = {arm: [r["side_calls"][0]["latency_ms"] for r in (x.data() for x in out.run.records())
                    if r.get("type") == "sample" and r["arm"] == arm and r.get("valid")]
              for arm in ("one", "two")}
     assert len(first["one"]) == len(first["two"]) == 2

@@ -21,6 +21,7 @@ from abbench.collectors.memory import MIB, Peaks, TreeSampler, open_nvml, summar
 from abbench.config.presets import VLLM, arm_preset, with_overrides
 from abbench.config.schema import config_from_data, load_config
 from abbench.errors import ConfigError
+from abbench.model.records import parse_records
 from abbench.report.notes import collector_notes, drift_report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,20 +217,21 @@ def test_drift_warns_when_arms_differ_or_the_run_drifts() -> None:
             _drift("b", 0, gpu_sm_clock_mhz=1980, gpu_temp_c=41),
             _drift("a", 1, gpu_sm_clock_mhz=1980, gpu_temp_c=60),
             _drift("b", 1, gpu_sm_clock_mhz=1500, gpu_temp_c=61)]
-    lines, warnings = drift_report(recs)
+    lines, warnings = drift_report(parse_records(recs))
     assert "| GPU SM clock (MHz) | b | 1980.0 | 1500.0 |" in lines
     text = " ".join(warnings)
     assert "GPU SM clock differs between arms" in text
     assert "GPU temperature drifted across the run" in text
     assert "GPU temperature differs" not in text
     steady = [_drift(a, r, gpu_sm_clock_mhz=1980) for a in "ab" for r in range(3)]
-    assert drift_report(steady)[1] == []
+    assert drift_report(parse_records(steady))[1] == []
 
 
 def test_notes_say_what_was_unavailable_and_the_sampling_period() -> None:
-    recs = [{"type": "sample", "collector": "vram", "metrics": {"peak_rss_mib": 10.0},
+    recs = [{"type": "sample", "arm": "a", "round": 0, "workload": "server",
+             "collector": "vram", "metrics": {"peak_rss_mib": 10.0},
              "unavailable": {"peak_vram_mib": "no NVML"}, "period_ms": 20.0}]
-    notes = collector_notes(recs)
+    notes = collector_notes(parse_records(recs))
     assert "Unavailable: peak_vram_mib: no NVML." in notes
     assert any("every 20 ms" in n for n in notes)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from abbench.model.records import parse_records
 from abbench.report.quality import summarize
 from abbench.report.quality_text import fingerprint_summary, render_section
 from abbench.report.table import Table
@@ -29,7 +30,7 @@ def _records(outputs: dict[str, dict[str, list[str | None]]]) -> list[dict[str, 
 def _table(records: list[dict[str, Any]], arms: list[str]) -> Table:
     t = Table(run_id="r", arms=arms, labels={a: a.upper() for a in arms}, baseline=arms[0],
               rows=[], header="")
-    t.quality = summarize(records, arms, arms[0])
+    t.quality = summarize(parse_records(records), arms, arms[0])
     return t
 
 

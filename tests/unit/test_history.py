@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from abbench.cli import app
 from abbench.history.series import build_series, load_samples, plot_history
+from abbench.model.records import parse_record
 from abbench.store.index import INDEX_FILE, MIGRATIONS, open_index
 from abbench.store.run import Run
 
@@ -43,13 +44,13 @@ def make_run(results: Path, day: int, values: dict[str, list[float]], *,
     run = Run.create(results, meta, {"rounds": rounds})
     for pos, (arm, vals) in enumerate(values.items()):
         for rnd, v in enumerate(vals):
-            run.append({"type": "sample", "slot": rnd * len(values) + pos, "arm": arm,
+            run.append(parse_record({"type": "sample", "slot": rnd * len(values) + pos, "arm": arm,
                         "round": rnd, "position": pos, "rep": 0, "workload": workload,
                         "context": 1024, "decode_tokens": 32, "t": created.timestamp() + rnd,
                         "valid": True, "status": "ok", "reason": None,
-                        "metrics": {"decode_tok_s": v, "ttft_ms": 20000.0 / v}})
-            run.append({"type": "slot", "slot": rnd * len(values) + pos, "arm": arm,
-                        "round": rnd, "position": pos, "status": "ok", "reason": None})
+                        "metrics": {"decode_tok_s": v, "ttft_ms": 20000.0 / v}}))
+            run.append(parse_record({"type": "slot", "slot": rnd * len(values) + pos, "arm": arm,
+                        "round": rnd, "position": pos, "status": "ok", "reason": None}))
     return run
 
 
@@ -132,10 +133,11 @@ def test_index_follows_the_folders(results: Path) -> None:
         assert len(ix.round_values("decode_tok_s")) == 3 * 2 * 3
     # a new round in run 0 (a 4th, both arms finished) is seen; a removed run is dropped
     for pos, (arm, v) in enumerate((("base", 50.0), ("cand", 55.0))):
-        runs[0].append({"type": "sample", "slot": 6 + pos, "arm": arm, "round": 3, "rep": 0,
-                        "valid": True, "workload": "decode 1K", "metrics": {"decode_tok_s": v}})
-        runs[0].append({"type": "slot", "slot": 6 + pos, "arm": arm, "round": 3,
-                        "position": pos, "status": "ok"})
+        runs[0].append(parse_record({
+            "type": "sample", "slot": 6 + pos, "arm": arm, "round": 3, "rep": 0,
+                        "valid": True, "workload": "decode 1K", "metrics": {"decode_tok_s": v}}))
+        runs[0].append(parse_record({"type": "slot", "slot": 6 + pos, "arm": arm, "round": 3,
+                        "position": pos, "status": "ok"}))
     import shutil
 
     shutil.rmtree(runs[2].path)
@@ -219,10 +221,11 @@ def test_ls_shows_every_status(results: Path) -> None:
     make_run(results, 0, {"base": [100.0], "cand": [110.0]})
     make_run(results, 1, {"base": [100.0], "cand": [110.0]}, status="interrupted")
     failed = make_run(results, 2, {"base": [100.0], "cand": [110.0]}, status="failed")
-    failed.append({"type": "slot", "arm": "cand", "round": 1, "status": "failed",
-                   "reason": "server exited"})
-    failed.append({"type": "sample", "arm": "cand", "round": 1, "rep": 0, "valid": False,
-                   "status": "failed", "workload": "decode 1K", "metrics": {}})
+    failed.append(parse_record({"type": "slot", "arm": "cand", "round": 1, "status": "failed",
+                   "reason": "server exited"}))
+    failed.append(parse_record({
+        "type": "sample", "arm": "cand", "round": 1, "rep": 0, "valid": False,
+                   "status": "failed", "workload": "decode 1K", "metrics": {}}))
     code, out, _ = cli("ls", "--results", results)
     lines = out.splitlines()[1:]
     assert code == 0 and len(lines) == 3

@@ -27,6 +27,7 @@ from abbench.campaign.shards import (
 )
 from abbench.config.schema import load_config
 from abbench.errors import ConfigError
+from abbench.model.records import parse_record, parse_records
 from abbench.model.schedule import make_schedule, position_counts
 from abbench.model.shards import plan_shards, shard_schedule, shard_seed, split_rounds
 from abbench.report.compare import run_table
@@ -220,13 +221,16 @@ def test_disagreeing_hosts_make_an_a_a_inconclusive_not_changed() -> None:
 
 
 def test_round_hosts() -> None:
-    rec = [{"type": "sample", "round": 0, "host": "0-a"}, {"type": "sample", "round": 0,
-                                                           "host": "0-a"},
-           {"type": "sample", "round": 1, "host": "1-b"}, {"type": "slot", "round": 1}]
-    assert round_hosts(rec) == {0: "0-a", 1: "1-b"}
-    assert round_hosts([*rec, {"type": "sample", "round": 1, "host": "0-a"}]) == {}
-    assert round_hosts([*rec, {"type": "sample", "round": 2}]) == {}  # another run's side
-    assert round_hosts([{"type": "sample", "round": 0}]) == {}
+    def sample(rnd: int, host: str | None = None) -> dict:
+        return {"type": "sample", "arm": "a", "workload": "w", "round": rnd,
+                **({"host": host} if host else {})}
+
+    rec = [sample(0, "0-a"), sample(0, "0-a"), sample(1, "1-b"),
+           {"type": "slot", "arm": "a", "round": 1, "status": "ok"}]
+    assert round_hosts(parse_records(rec)) == {0: "0-a", 1: "1-b"}
+    assert round_hosts(parse_records([*rec, sample(1, "0-a")])) == {}
+    assert round_hosts(parse_records([*rec, sample(2)])) == {}  # another run's side
+    assert round_hosts(parse_records([sample(0)])) == {}
 
 
 # ------------------------------------------------------------------ gather
@@ -264,12 +268,12 @@ def _shard(folder: Path, index: int, host: str, *, ratio: float = 1.0, upto: int
     run = Run.create(folder / "shards", meta, {})
     for s in slots[:upto]:
         v = 100.0 * (ratio if s.arm == "b" else 1.0) * (1 + 0.001 * s.round)
-        run.append({"type": "sample", "slot": s.index, "arm": s.arm, "round": s.round,
+        run.append(parse_record({"type": "sample", "slot": s.index, "arm": s.arm, "round": s.round,
                     "position": s.position, "rep": 0, "workload": "decode 64", "context": 64,
                     "decode_tokens": 16, "valid": True, "status": "ok",
-                    "metrics": {"decode_tok_s": v}})
-        run.append({"type": "slot", "slot": s.index, "arm": s.arm, "round": s.round,
-                    "position": s.position, "status": "ok", "log": f"logs/{s.arm}-r{s.round}.log"})
+                    "metrics": {"decode_tok_s": v}}))
+        run.append(parse_record({"type": "slot", "slot": s.index, "arm": s.arm, "round": s.round,
+                    "position": s.position, "status": "ok", "log": f"logs/{s.arm}-r{s.round}.log"}))
     return run
 
 
@@ -279,7 +283,7 @@ def test_gather_merges_shards_with_hosts_and_campaign_numbers(tmp_path: Path) ->
     _shard(folder, 1, "gpu2", ratio=1.11)
     out = g.gather(folder)
     assert out.complete and out.progress == {0: (2, 2), 1: (2, 2)} and out.failed_slots == 0
-    recs = Run(folder).records()
+    recs = [r.data() for r in Run(folder).records()]
     samples = [r for r in recs if r["type"] == "sample"]
     assert {(r["host"], r["round"]) for r in samples} == {
         ("0-gpu1", 0), ("0-gpu1", 1), ("1-gpu2", 2), ("1-gpu2", 3)}
@@ -324,7 +328,7 @@ def test_a_shard_cut_short_keeps_its_finished_rounds_and_fails_the_rest(tmp_path
     g.save_campaign(folder, camp)
     out = g.gather(folder)
     assert not out.complete and out.missing() == [1] and out.progress[1] == (1, 2)
-    failed = [r for r in Run(folder).records() if r["type"] == "slot"
+    failed = [r for r in [r.data() for r in Run(folder).records()] if r["type"] == "slot"
               and r["status"] == "failed"]
     assert len(failed) == 1 and failed[0]["round"] == 3
     assert "not run: shard 1's task ended CANCELLED (Slurm job 9, task 1)" in failed[0]["reason"]
@@ -339,7 +343,7 @@ def test_a_shard_still_running_is_not_failed_yet(tmp_path: Path) -> None:
     run = _shard(folder, 1, "gpu2", upto=2)
     run.update_meta(status="running")
     out = g.gather(folder)
-    assert not [r for r in Run(folder).records() if r["type"] == "slot"
+    assert not [r for r in [r.data() for r in Run(folder).records()] if r["type"] == "slot"
                 and r["status"] == "failed"]
     assert Run(folder).meta()["status"] == "running" and out.missing() == [1]
     g.gather(folder, active=())  # its task has ended: what it left is failed
@@ -350,7 +354,7 @@ def test_a_shard_that_never_began_fails_its_rounds(tmp_path: Path) -> None:
     folder = _campaign(tmp_path)
     _shard(folder, 0, "gpu1")
     out = g.gather(folder)
-    failed = [r for r in Run(folder).records() if r["type"] == "slot"
+    failed = [r for r in [r.data() for r in Run(folder).records()] if r["type"] == "slot"
               and r["status"] == "failed"]
     assert sorted(r["round"] for r in failed) == [2, 2, 3, 3]
     assert all("the shard never began" in r["reason"] for r in failed)
@@ -370,14 +374,14 @@ def test_rounds_run_again_elsewhere_get_numbers_after_the_planned(tmp_path: Path
             "shard": {"index": 1}, "host_fingerprint": _fingerprint("gpu3")}
     run = Run.create(folder / "shards", meta, {})
     for s in rest:
-        run.append({"type": "sample", "slot": s.index, "arm": s.arm, "round": s.round,
+        run.append(parse_record({"type": "sample", "slot": s.index, "arm": s.arm, "round": s.round,
                     "rep": 0, "workload": "decode 64", "valid": True, "status": "ok",
-                    "metrics": {"decode_tok_s": 100.0}})
-        run.append({"type": "slot", "slot": s.index, "arm": s.arm, "round": s.round,
-                    "position": s.position, "status": "ok"})
+                    "metrics": {"decode_tok_s": 100.0}}))
+        run.append(parse_record({"type": "slot", "slot": s.index, "arm": s.arm, "round": s.round,
+                    "position": s.position, "status": "ok"}))
     out = g.gather(folder)
     assert out.complete
-    recs = Run(folder).records()
+    recs = [r.data() for r in Run(folder).records()]
     by_host = {(r["host"], r["round"]) for r in recs if r["type"] == "sample"}
     assert ("1-gpu2", 2) in by_host and ("1-gpu3", 3) in by_host
     assert Run(folder).meta()["rounds_done"] == 4

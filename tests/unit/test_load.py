@@ -14,6 +14,7 @@ from abbench.config.schema import config_from_data
 from abbench.errors import ConfigError
 from abbench.model.load import aggregate, chunk_tokens, itl_values, mean_itl, percentile
 from abbench.model.metrics import METRICS
+from abbench.model.records import parse_records
 from abbench.report.notes import load_notes
 from abbench.workload.load import LoadJob, LoadResult, _Stream, arrival_times
 
@@ -184,15 +185,15 @@ def test_notes_say_how_itl_was_computed_and_what_was_left_out() -> None:
               "client_cpu_share": 0.9}
     reqs = [{**base, "type": "load_request", "status": "ok", "tokens_per_chunk": "spread"},
             {**base, "type": "load_request", "status": "failed", "reason": "HTTP 500: x"}]
-    notes = load_notes([sample, *reqs])
+    notes = load_notes(parse_records([sample, *reqs]))
     assert any(n.startswith("Load ITL: in 1 of 1 requests") for n in notes)
     assert any("1 of 2 failed or had the wrong length (HTTP 500: x (x1))" in n for n in notes)
     assert any("the load client used up to 90% of a core" in n for n in notes)
     one = [{**reqs[0], "tokens_per_chunk": "one per chunk"}]
-    assert load_notes([{**sample, "client_cpu_share": 0.1}, *one]) == [
+    assert load_notes(parse_records([{**sample, "client_cpu_share": 0.1}, *one])) == [
         "Load ITL: every chunk carried one token; each gap between two chunks is one "
         "inter-token latency."]
-    assert load_notes(one) == []
+    assert load_notes(parse_records(one)) == []
 
 
 def test_sweep_points_place_other_arms_by_their_paired_change(tmp_path) -> None:
@@ -209,11 +210,13 @@ def test_sweep_points_place_other_arms_by_their_paired_change(tmp_path) -> None:
                          "workload": f"load c={c}", "level": f"c={c}", "metrics": {
                              "load_output_tok_s": tok * k, "load_ttft_p99_ms": 100.0 * c,
                              "load_itl_p50_ms": 5.0 * c / k}})
-    pts = sweep_points(recs, meta)
+    pts = sweep_points(parse_records(recs), meta)
     assert list(pts) == ["load"] and [p.level for p in pts["load"]["a"]] == ["c=1", "c=4"]
     x_a, lo, hi = pts["load"]["a"][1].values["load_output_tok_s"]
     assert lo is None and hi is None
     x_b, lo, hi = pts["load"]["b"][1].values["load_output_tok_s"]
     assert x_b == pytest.approx(1.1 * x_a, rel=0.01) and lo < x_b < hi
-    assert write_sweep(recs, meta, tmp_path / "sweep.png") and (tmp_path / "sweep.png").exists()
-    assert not write_sweep([r for r in recs if r["type"] == "slot"], meta, tmp_path / "x.png")
+    assert write_sweep(parse_records(recs), meta, tmp_path / "sweep.png")
+    assert (tmp_path / "sweep.png").exists()
+    slots = parse_records([r for r in recs if r["type"] == "slot"])
+    assert not write_sweep(slots, meta, tmp_path / "x.png")

@@ -11,6 +11,7 @@ import pytest
 
 from abbench.collectors.counters import counter_value, flush_once, metric_names_in, request_misses
 from abbench.config.presets import LLAMA_CPP, SGLANG, VLLM
+from abbench.model.records import parse_record
 from abbench.server.http import Reply
 from abbench.server.process import remove_stale_shm
 from abbench.workload.decode import StreamResult, measure, parse_sse
@@ -101,6 +102,9 @@ def test_vllm_per_request_metrics_give_server_decode_rate() -> None:
 
 
 # 6. one definition: both sources agree on one window with side calls
+AT = {"type": "sample", "arm": "a", "round": 0, "workload": "decode 1K"}
+
+
 def test_misses_per_token_sources_agree() -> None:
     a, b = (_text("vllm-0.32.0", "dev-mode-prefix-caching-on", f) for f in
             ("metrics_0_start.txt", "metrics_2_after_repeat.txt"))
@@ -115,7 +119,7 @@ def test_misses_per_token_sources_agree() -> None:
              - counter_value(a, "vllm:prompt_tokens_total"))
             - (counter_value(b, "vllm:prompt_tokens_cached_total")
                - counter_value(a, "vllm:prompt_tokens_cached_total"))) / per
-    resp, why = request_misses(rec, list(VLLM.cached_tokens_fields))
+    resp, why = request_misses(parse_record({**AT, **rec}), list(VLLM.cached_tokens_fields))
     assert why is None and resp is not None
     assert prom == resp / per == 416 / 128
 

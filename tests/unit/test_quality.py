@@ -11,6 +11,7 @@ import pytest
 from abbench.config.quality import Check, NonceSet, PromptItem, QualityItem
 from abbench.config.schema import config_from_data
 from abbench.errors import ConfigError
+from abbench.model.records import parse_records
 from abbench.quality.checks import (
     DEFAULT_SUITE,
     evaluate,
@@ -248,7 +249,7 @@ def _records() -> list[dict]:
 
 
 def test_report_section_and_score_row() -> None:
-    md = render_markdown(build_table(_records(), META))
+    md = render_markdown(build_table(parse_records(_records()), META))
     assert "| quality score | 14/15 | 13/15 (-1 passed) |" in md
     fa, fb = fingerprint(["x y z", "one two three", "same"]), fingerprint(
         ["x y w", "one two three", "sa me"])
@@ -262,22 +263,23 @@ def test_report_section_and_score_row() -> None:
 
 def test_score_row_renders_rounds_when_they_differ() -> None:
     recs = [_score("a", 0, 14), _score("a", 1, 15), _score("b", 0, 15), _score("b", 1, 15)]
-    md = render_markdown(build_table(recs, META))
+    md = render_markdown(build_table(parse_records(recs), META))
     assert "| quality score | 14/15 / 15/15 | 15/15 (+0.5 passed) |" in md
 
 
 def test_diff_text_marks_the_divergence() -> None:
-    text = diff_text(_records(), META, set_name="s", arms=["a", "b"], round_=0, width=20)
+    text = diff_text(parse_records(_records()), META, set_name="s", arms=["a", "b"], round_=0,
+                     width=20)
     assert text.splitlines()[0] == ("prompt set s, cold pass, round 0: a against b: "
                                     "2 of 3 prompts differ")
     assert "p1: diverges at token 2, char 4 (marked ⟦)" in text
     assert "x y ⟦z" in text and "x y ⟦w" in text
-    only = diff_text(_records(), META, set_name="s", arms=["a", "b"], prompt="p2")
+    only = diff_text(parse_records(_records()), META, set_name="s", arms=["a", "b"], prompt="p2")
     assert "p2: identical outputs" in only
     with pytest.raises(ConfigError, match="no cold outputs of prompt set 'zz'"):
-        diff_text(_records(), META, set_name="zz", arms=["a", "b"])
+        diff_text(parse_records(_records()), META, set_name="zz", arms=["a", "b"])
     with pytest.raises(ConfigError, match="no arm 'c'"):
-        diff_text(_records(), META, set_name="s", arms=["a", "c"])
+        diff_text(parse_records(_records()), META, set_name="s", arms=["a", "c"])
 
 
 def test_prompt_item_needs_one_prompt() -> None:
@@ -288,7 +290,7 @@ def test_prompt_item_needs_one_prompt() -> None:
 def test_report_json_carries_the_comparison() -> None:
     from abbench.report.formats import render_json
 
-    data = json.loads(render_json(build_table(_records(), META)))
+    data = json.loads(render_json(build_table(parse_records(_records()), META)))
     (s,) = data["quality"]["sets"]
     assert s["name"] == "s" and s["against_baseline"][0]["differ"] == 2
     assert s["against_baseline"][0]["prompts"][0] == {"id": "p1", "char": 4, "token": 2}
@@ -301,7 +303,7 @@ def test_failed_command_and_invalid_score_are_reported() -> None:
              "stdout": "quality/b-r0.stdout", "stderr": "quality/b-r0.stderr"},
             {"type": "sample", "workload": "server", "arm": "b", "round": 0, "valid": False,
              "status": "failed", "metrics": {}, "reason": "quality command exited with code 3"}]
-    md = render_markdown(build_table(recs, META))
+    md = render_markdown(build_table(parse_records(recs), META))
     assert ("Quality command failed: arm b, round 0: exited with code 3 "
             "(stderr: quality/b-r0.stderr).") in md
     assert "| quality score | 3/5 | no data |" in md
@@ -326,19 +328,20 @@ def test_item_tests_exact_mcnemar_on_majority_verdicts() -> None:
         records += [rec("cand", i, r, i >= 8 and not (i == 8 and r == 1)) for i in range(10)]
     records.append({"type": "quality_item", "arm": "cand", "suite": "basics", "id": "q9",
                     "round": 3, "error": "HTTP 500"})  # no verdict: not a vote
-    (t,) = item_tests(records, ["base", "cand"], "base")
+    (t,) = item_tests(parse_records(records), ["base", "cand"], "base")
     assert (t.items, t.lost, t.gained) == (10, 8, 0)
     assert t.p == binomtest(0, 8, 0.5).pvalue == 2 * 0.5 ** 8
     assert t.reading() == "quality lost"
-    q = summarize(records, ["base", "cand"], "base")
+    q = summarize(parse_records(records), ["base", "cand"], "base")
     assert to_json(q)["item_tests"][0]["reading"] == "quality lost"
-    (strict,) = item_tests(records, ["base", "cand"], "base", alpha=0.005)  # the run's alpha
+    # the run's alpha
+    (strict,) = item_tests(parse_records(records), ["base", "cand"], "base", alpha=0.005)
     assert strict.reading() == "no significant change"  # p = 2/256 > 0.005
 
     same = [rec(a, i, 0, i % 2 == 0) for a in ("base", "cand") for i in range(6)]
-    (u,) = item_tests(same, ["base", "cand"], "base")
+    (u,) = item_tests(parse_records(same), ["base", "cand"], "base")
     assert (u.lost, u.gained, u.p, u.reading()) == (0, 0, 1.0, "same verdict on every item")
     swap = [rec("base", 0, 0, True), rec("cand", 0, 0, False),
             rec("base", 1, 0, False), rec("cand", 1, 0, True)]
-    (v,) = item_tests(swap, ["base", "cand"], "base")
+    (v,) = item_tests(parse_records(swap), ["base", "cand"], "base")
     assert (v.lost, v.gained, v.p, v.reading()) == (1, 1, 1.0, "no significant change")

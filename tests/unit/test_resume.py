@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abbench.model.records import Sample, parse_records
 from abbench.model.rounds import comparable_records, plan_resume, read_state
 from abbench.model.schedule import Slot, position_counts
 from abbench.report.notes import fault_notes
@@ -31,7 +32,7 @@ def test_plan_keeps_finished_pairs_and_reruns_failed_round_in_its_order() -> Non
             _slot(2, "failed", "the server died"),         # round 1: B failed ...
             _slot(3, "ok"),                                # ... A finished
             _slot(4, "ok"), _slot(5, "interrupted")]       # round 2 cut short
-    slots_left, reruns = plan_resume(recs, META)
+    slots_left, reruns = plan_resume(parse_records(recs), META)
     assert reruns == {1: 4}
     assert [(s.index, s.round, s.position, s.arm) for s in slots_left] == [
         (8, 2, 1, "B"),                  # the interrupted pair, same round and position
@@ -47,7 +48,7 @@ def test_plan_keeps_finished_pairs_and_reruns_failed_round_in_its_order() -> Non
 def test_a_failed_round_is_run_again_once() -> None:
     recs = [_slot(0, "ok"), _slot(1, "failed", "x")]
     meta_ = {**META, "schedule": SCHEDULE[:2], "reruns": {"0": 1}}
-    assert plan_resume(recs, meta_) == ([], {0: 1})
+    assert plan_resume(parse_records(recs), meta_) == ([], {0: 1})
 
 
 def test_comparison_drops_the_failed_pairs_partner() -> None:
@@ -55,10 +56,10 @@ def test_comparison_drops_the_failed_pairs_partner() -> None:
             _sample(2), _slot(2, "failed", "the server died (exit code -9)"),
             _sample(3), _slot(3, "ok"),
             _sample(4), _slot(4, "ok"), _sample(5)]  # slot 5 never finished
-    kept = comparable_records(recs, META)
-    assert sorted((r["slot"]) for r in kept if r["type"] == "sample") == [0, 1]
-    assert read_state(recs, META).complete() == [0]
-    notes = fault_notes(recs, META)
+    kept = comparable_records(parse_records(recs), META)
+    assert sorted(r.slot for r in kept if isinstance(r, Sample)) == [0, 1]
+    assert read_state(parse_records(recs), META).complete() == [0]
+    notes = fault_notes(parse_records(recs), META)
     assert notes[0] == ("Round 1 is left out of the comparison (its pair failed: arm B failed: "
                         "the server died (exit code -9)). `abbench run --resume` runs it again.")
     assert notes[1].startswith("Not run yet (interrupted): B/round 2, B/round 3, A/round 3")

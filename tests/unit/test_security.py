@@ -14,6 +14,7 @@ import yaml
 
 from abbench.config.schema import load_config, placeholder_values
 from abbench.errors import StoreError
+from abbench.model.records import parse_record, parse_records
 from abbench.report.notes import fault_notes
 from abbench.report.text import md_escape
 from abbench.server.process import start_server
@@ -88,7 +89,7 @@ def test_fault_notes_escape_server_text() -> None:
              "reason": "HTTP 500: <b>bad|gateway</b>\nmore"},
             {"type": "sample", "slot": 0, "arm": "a", "round": 0, "valid": False,
              "status": "failed", "workload": "decode 64", "rep": 0, "reason": "x|<i>"}]
-    notes = "\n".join(fault_notes(recs, meta_))
+    notes = "\n".join(fault_notes(parse_records(recs), meta_))
     assert "&lt;b&gt;bad\\|gateway&lt;/b&gt; more" in notes and "x\\|&lt;i&gt;" in notes
     assert "<b>" not in notes and "<i>" not in notes
 
@@ -128,6 +129,9 @@ def test_reports_and_run_json_are_written_by_rename(tmp_path: Path, results: Pat
 # ----------------------------------------------------------------- samples
 
 
+SAMPLE = {"type": "sample", "arm": "a", "round": 0, "workload": "w"}
+
+
 def test_each_sample_is_appended_and_fsynced(tmp_path: Path, results: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     run = Run.create(results, {"arms": []}, {})
@@ -135,7 +139,7 @@ def test_each_sample_is_appended_and_fsynced(tmp_path: Path, results: Path,
     real = os.fsync
     monkeypatch.setattr(store.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
     for i in range(3):
-        run.append({"type": "sample", "i": i})
+        run.append(parse_record({**SAMPLE, "i": i}))
         assert len(synced) == i + 1
         # another reader sees it at once
         assert json.loads(run.samples_path.read_text().splitlines()[-1])["i"] == i
@@ -144,7 +148,7 @@ def test_each_sample_is_appended_and_fsynced(tmp_path: Path, results: Path,
 def test_a_failed_append_leaves_no_half_line(tmp_path: Path, results: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     run = Run.create(results, {"arms": []}, {})
-    run.append({"type": "sample", "i": 0})
+    run.append(parse_record({**SAMPLE, "i": 0}))
     before = run.samples_path.read_bytes()
     real = os.write
     calls = {"n": 0}
@@ -157,10 +161,10 @@ def test_a_failed_append_leaves_no_half_line(tmp_path: Path, results: Path,
 
     monkeypatch.setattr(store.os, "write", half_then_full)
     with pytest.raises(StoreError) as e:
-        run.append({"type": "sample", "i": 1})
+        run.append(parse_record({**SAMPLE, "i": 1}))
     assert "cannot append a sample: No space left on device" in str(e.value)
     assert f"abbench run --resume {run.id}" in str(e.value)
     assert run.samples_path.read_bytes() == before
     monkeypatch.setattr(store.os, "write", real)
-    run.append({"type": "sample", "i": 2})
-    assert [r["i"] for r in run.records()] == [0, 2]
+    run.append(parse_record({**SAMPLE, "i": 2}))
+    assert [r.data()["i"] for r in run.records()] == [0, 2]

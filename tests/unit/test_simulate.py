@@ -16,6 +16,7 @@ import pytest
 
 from abbench.campaign.until_ci import watched_comparisons
 from abbench.config.stats import StatsConfig
+from abbench.model.records import parse_records
 from abbench.report import table as table_mod
 from abbench.report.table import build_table
 from abbench.stats import paired
@@ -99,7 +100,7 @@ def test_tables_are_what_build_table_and_until_ci_make(sim):
                 o = sim.campaign(rng, layout, noise, n)
             recs, meta = sim.records(layout, o.rows), sim.meta(layout)
             with contextlib.nullcontext() if first else sim.fast_paths():
-                table = build_table(recs, meta, rows="all", settings=settings)
+                table = build_table(parse_records(recs), meta, rows="all", settings=settings)
             first = False
             real = {(r.workload, r.metric, a): c.comparison for r in table.rows
                     for a, c in r.cells.items() if a != layout.arms[0]}
@@ -107,7 +108,7 @@ def test_tables_are_what_build_table_and_until_ci_make(sim):
             assert real.keys() == mine.keys()
             assert all(_same(mine[k], real[k]) for k in real)  # type: ignore[arg-type]
             with sim.fast_paths():
-                theirs = watched_comparisons(recs, meta, settings)
+                theirs = watched_comparisons(parse_records(recs), meta, settings)
             assert theirs == sim._watched(layout, o.rows, settings)
     assert table_mod.compare is paired.compare
 

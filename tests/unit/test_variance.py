@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from abbench.model.records import parse_records
 from abbench.report.calibrate import NoiseSources, noise_sources, render_noise_sources
 from abbench.report.compare import run_table
 from abbench.report.table import Table
@@ -152,11 +153,11 @@ def test_rep_values_and_life_timing_from_records() -> None:
     recs.append({"slot": 9, "arm": "a", "round": 1, "type": "sample", "rep": 2,
                  "workload": "decode 1K", "t": 0, "valid": False, "metrics": {
                      "decode_tok_s": 1.0}})
-    vals = rep_values(recs)
+    vals = rep_values(parse_records(recs))
     assert vals[("decode 1K", "decode_tok_s")] == {"a": {0: [500, 510], 1: [520, 530]},
                                                   "b": {0: [505, 495], 1: [480, 470]}}
     assert ("server", "peak_vram_mib") not in vals  # one value per life, no reps
-    t = life_timing(recs)
+    t = life_timing(parse_records(recs))
     assert t is not None and t.lives == 4 and t.reps == 2
     assert t.life_s == pytest.approx(5.0)
     assert t.rep_s == {"decode 1K": pytest.approx(1.5, abs=0.01)}
@@ -172,7 +173,7 @@ def test_synthetic_run_end_to_end() -> None:
         for arm in ("a", "b"):
             level = 500 * math.exp(rng.gauss(0, 0.03))
             lives.append((arm, rnd, [level * math.exp(rng.gauss(0, 0.015)) for _ in range(3)]))
-    by_arm = rep_values(_records(lives))[("decode 1K", "decode_tok_s")]
+    by_arm = rep_values(parse_records(_records(lives)))[("decode 1K", "decode_tok_s")]
     per, pool = row_components(by_arm)
     assert pool.sigma_within == pytest.approx(0.015, rel=0.1)
     assert pool.sigma_between == pytest.approx(0.03, rel=0.2)

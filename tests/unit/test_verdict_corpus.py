@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from abbench.model.records import parse_records
 from abbench.report.compare import run_table
 from abbench.report.markdown import render_markdown
 from abbench.report.table import build_table
@@ -69,14 +70,14 @@ META = {"id": "corpus", "arms": [{"name": "base"}, {"name": "pr"}], "order": "in
 @pytest.mark.parametrize("name", list(CASES))
 def test_each_case_alone(name: str) -> None:
     case = {name: CASES[name]}
-    table = build_table(_records(case), META, rows="all")
+    table = build_table(parse_records(_records(case)), META, rows="all")
     c = table.rows[0].cells["pr"].comparison
     assert c is not None and c.verdict == CASES[name][3], (name, c)
 
 
 def test_the_whole_corpus_as_one_table() -> None:
     """Benjamini-Hochberg over all ten cells keeps every clear verdict."""
-    table = build_table(_records(CASES), META, rows="all")
+    table = build_table(parse_records(_records(CASES)), META, rows="all")
     got = {name: row.cells["pr"].comparison.verdict  # type: ignore[union-attr]
            for name, row in zip(CASES, table.rows, strict=True)}
     assert got == {name: case[3] for name, case in CASES.items()}
