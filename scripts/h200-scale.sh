@@ -4,15 +4,18 @@
 #                      device image lacks (pydantic, gguf), SmolLM2's tokenizer as a
 #                      vocab-only GGUF, and SmolLM2's GGUF in two parts (carry limit)
 # The device machine is given back 30 s after a call ends, so each call waits inside
-# itself and the next one must follow at once.
-#   go PART1           device: install, then in the background: the CUDA build of
-#                      llama-server and the synthetic 8B GGUF, then the headline campaign
-#                      (arms/h200-seed.yaml), the SmolLM2 quality run (once part 2 is
-#                      there) and `abbench calibrate` of the 8B baseline, nvidia-smi
-#                      logging throughout
-#                      (this call waits up to GO_WAIT seconds, 560 by default)
-#   finish PART2       device: join SmolLM2, wait for the chain (WAIT seconds, 540 by
-#                      default), copy what every run stored so far to $OUT
+# itself and the next one must follow at once. The chain runs in the background across
+# the three calls:
+#   go PART1           device: install, then the chain: the CUDA build of llama-server
+#                      and the synthetic 8B GGUF; `abbench calibrate` of the 8B
+#                      baseline at 32K and 128K (arms/h200-8b-calibrate.yaml); once
+#                      SmolLM2 is whole, the headline's SmolLM2 half
+#                      (arms/h200-seed-smollm2.yaml: 255K with side calls, quality,
+#                      fingerprints) with nvidia-smi logging; then the noise lab, one
+#                      calibration per setting (arms/h200-8b-noise-lab.yaml)
+#                      (waits up to GO_WAIT seconds, 560 by default)
+#   join PART2         device: join SmolLM2's two parts, wait (WAIT, 560)
+#   finish             device: wait (WAIT, 480), copy what every run stored to $OUT
 set -uo pipefail
 W=/tmp/ab
 D=.device
@@ -46,7 +49,8 @@ for name, value, vtype, sub in keys:
     w.add_key_value(name, value, vtype, sub_type=sub)
 w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 PY
-  split -n 2 -d "$SMOLLM2_GGUF" $D/smollm2.part
+  head -c 44000000 "$SMOLLM2_GGUF" >$D/smollm2.part00  # 44 MB: call 1 carries the rest too
+  tail -c +44000001 "$SMOLLM2_GGUF" >$D/smollm2.part01
   ls -la $D
   ;;
 go)
@@ -72,32 +76,40 @@ cd $W/pkg
     --jobs 8 --tokenizer-from $W/vocab.gguf --out $SYNTH_8B_GGUF --sha256 >$W/gguf.log 2>&1; \
   echo \$? >$W/gguf.rc ) &
 wait
-nvidia-smi --query-gpu=timestamp,memory.used,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv -lms 200 >$W/smi-gpu.csv 2>&1 &
-nvidia-smi --query-compute-apps=timestamp,pid,process_name,used_memory --format=csv -lms 200 >$W/smi-apps.csv 2>&1 &
-python3 -m abbench.cli run arms/h200-seed.yaml --plain --results $W/results-seed \
-  >$W/seed.log 2>&1; echo \$? >$W/seed.rc
-python3 -m abbench.cli calibrate arms/h200-8b-calibrate.yaml --arm prod --rounds 3 --plain \
+python3 -m abbench.cli calibrate arms/h200-8b-calibrate.yaml --arm prod --rounds 4 --plain \
   --results $W/results-cal >$W/cal.log 2>&1; echo \$? >$W/cal.rc
-[ -s $SMOLLM2_GGUF ] && python3 -m abbench.cli run arms/h200-seed-quality.yaml --plain \
-  --rounds 2 --results $W/results-quality >$W/quality.log 2>&1; echo \$? >$W/quality.rc
-kill %3 %4 2>/dev/null; echo done >$W/chain.done
+i=0; while [ ! -s $SMOLLM2_GGUF ] && [ \$i -lt 600 ]; do sleep 5; i=\$((i + 5)); done
+nvidia-smi --query-gpu=timestamp,memory.used,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv -lms 200 >$W/smi-gpu.csv 2>&1 & S1=\$!
+nvidia-smi --query-compute-apps=timestamp,pid,process_name,used_memory --format=csv -lms 200 >$W/smi-apps.csv 2>&1 & S2=\$!
+python3 -m abbench.cli run arms/h200-seed-smollm2.yaml --plain --results $W/results-seed \
+  >$W/seed.log 2>&1; echo \$? >$W/seed.rc
+kill \$S1 \$S2 2>/dev/null
+for arm in no-graphs pinned mlock nice default; do
+  python3 -m abbench.cli calibrate arms/h200-8b-noise-lab.yaml --arm \$arm --rounds 4 --plain \
+    --results $W/results-lab >>$W/lab.log 2>&1; echo "\$arm \$?" >>$W/lab.rc
+done
+echo done >$W/chain.done
 CHAIN
   setsid nohup bash $W/chain.sh >$W/chain.log 2>&1 </dev/null &
   i=0; while [[ ! -f $W/chain.done && $i -lt ${GO_WAIT:-560} ]]; do sleep 10; i=$((i + 10)); done
-  cat $W/build.rc $W/gguf.rc 2>/dev/null; tail -2 $W/gguf.log $W/build.log; tail -8 $W/seed.log
+  cat $W/build.rc $W/gguf.rc 2>/dev/null; tail -2 $W/gguf.log $W/build.log; tail -12 $W/cal.log
   ;;
-finish)
+join)
   part2=$1
   cat $W/smollm2.part00 "$part2" >$SMOLLM2_GGUF.tmp && mv $SMOLLM2_GGUF.tmp $SMOLLM2_GGUF
   sha256sum $SMOLLM2_GGUF
-  i=0; while [[ ! -f $W/chain.done && $i -lt ${WAIT:-540} ]]; do sleep 10; i=$((i + 10)); done
+  i=0; while [[ ! -f $W/chain.done && $i -lt ${WAIT:-560} ]]; do sleep 10; i=$((i + 10)); done
+  tail -25 $W/cal.log; tail -8 $W/seed.log
+  ;;
+finish)
+  i=0; while [[ ! -f $W/chain.done && $i -lt ${WAIT:-480} ]]; do sleep 10; i=$((i + 10)); done
   mkdir -p $OUT
-  for d in cal quality seed; do
+  for d in cal seed lab; do
     [[ -d $W/results-$d ]] && tar -czf $OUT/results-$d.tar.gz -C $W results-$d
   done
-  tar -czf $OUT/logs.tar.gz -C $W chain.log cmake.log build.log gguf.log cal.log quality.log \
-    seed.log 2>/dev/null
+  tar -czf $OUT/logs.tar.gz -C $W chain.log cmake.log build.log gguf.log cal.log seed.log \
+    lab.log lab.rc 2>/dev/null
   gzip -c $W/smi-gpu.csv >$OUT/smi-gpu.csv.gz; gzip -c $W/smi-apps.csv >$OUT/smi-apps.csv.gz
-  tail -30 $W/seed.log; ls -la $OUT
+  tail -30 $W/seed.log; cat $W/lab.rc; ls -la $OUT
   ;;
 esac
