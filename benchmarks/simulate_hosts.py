@@ -73,7 +73,7 @@ class Result:
 
     changed: float  # "changed" (any sign)
     right_sign: float  # "changed" with the true effect's sign
-    coverage: float  # the 95% interval covers the true effect
+    coverage: float  # the shown (90%) interval covers the true effect
     random_share: float  # the rule used random effects
     slow_flagged: float  # host 0 (the slow one) flagged
     any_flagged: float  # some host flagged
@@ -189,7 +189,7 @@ def render(rows: list[Row], campaigns: int) -> str:
                  "abbench.model.shards; alpha 0.05, noise band ±1%; noise 1% per server life "
                  "(log scale), host speed N(0, 10%), drift +2% per 32 server lives. "
                  "\"changed\" is false in an A/A row, and counted with the right sign in "
-                 "an effect row (power); covers: the 95% interval covers the true effect "
+                 "an effect row (power); covers: the 90% interval covers the true effect "
                  "(0 in an A/A row). Monte Carlo standard error of a percentage near 5% or "
                  f"95%: {_pc(math.sqrt(0.05 * 0.95 / campaigns))}.")
     return "\n".join(lines)
