@@ -72,7 +72,7 @@ def test_until_ci_from_arms_yaml_stops_on_width(tmp_path: Path, results: Path) -
     res = CliRunner().invoke(app, ["run", str(arms), "--results", str(results), "--plain"])
     assert res.exit_code == 0, res.output
     meta = json.loads((next(results.iterdir()) / "run.json").read_text())
-    assert meta["until_ci"]["stopped"].startswith("every watched interval's half-width")
+    assert meta["until_ci"]["stopped"].startswith("every watched 95% interval's half-width")
     assert meta["rounds_done"] == 2
 
 
