@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -60,8 +61,39 @@ def _pdeathsig(parent: int, reaper_fd: int | None = None, *, cpus: list[int] | N
     return set_it
 
 
-def free_port(host: str) -> int:
+def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The first port of the kernel's ephemeral range (what bind(0) and connect() use)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+#: ``port: auto`` ports start here: below, SGLang picks its own rendezvous port
+#: (22000-29999, srt/utils/network.py get_free_port_below_ephemeral)
+AUTO_PORT_LOW = 30000
+
+
+def free_port(host: str, *, attempts: int = 64) -> int:
+    """A free port for ``port: auto``, below the kernel's ephemeral range. A port from
+    bind(0) is ephemeral, and between abbench's check and the server's bind the
+    server's own processes draw ephemeral ports too (torch's gloo listeners, every
+    connect()): SGLang 0.5.23 on CPU had its scheduler take the HTTP port that way, and
+    its HTTP server failed with "address already in use" while abbench waited for
+    /health. Ports between :data:`AUTO_PORT_LOW` and the ephemeral range are handed out
+    by no one else; bind(0) only when that range is too narrow or full."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    top = ephemeral_low()
+    low = AUTO_PORT_LOW if top - AUTO_PORT_LOW >= 256 else 10000
+    if top - low >= attempts:
+        for port in random.SystemRandom().sample(range(low, top), attempts):
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
