@@ -467,6 +467,8 @@ def _stopping(args: argparse.Namespace) -> None:
 
     def term(*_: object) -> None:  # shut down for a while, as vLLM and SGLang do
         note("main TERM")
+        sys.stdout.write("refserver: stopping")  # a last line without its newline
+        sys.stdout.flush()
         if args.ignore_term:
             return
         time.sleep(0.5)

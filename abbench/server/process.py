@@ -279,8 +279,23 @@ class Server:
         if self._log_file is None:
             return
         with contextlib.suppress(OSError, ValueError):
-            self._log_file.write(f"# abbench: {line}\n".encode())  # type: ignore[attr-defined]
+            # on a line of its own: the server's last output may lack its newline
+            text = ("" if _ends_a_line(self.log_path) else "\n") + f"# abbench: {line}\n"
+            self._log_file.write(text.encode())  # type: ignore[attr-defined]
             self._log_file.flush()  # type: ignore[attr-defined]
+
+
+def _ends_a_line(path: Path) -> bool:
+    """Whether the file is empty or ends with a newline."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return True
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) == b"\n"
+    except OSError:
+        return True
 
 
 def group_alive(pgid: int) -> bool:

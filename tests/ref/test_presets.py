@@ -92,7 +92,8 @@ def test_stop_terms_the_main_process_first_then_the_group_within_the_grace(
     assert ev["main exit"] - ev["main TERM"] >= 0.45
     assert took < 5.0  # within stop_grace: no SIGKILL
     text = (tmp_path / "a.log").read_text()
-    assert "# abbench: stopped: exit code 0\n" in text and "SIGKILL" not in text
+    assert "refserver: stopping\n# abbench: stopped: exit code 0\n" in text
+    assert "SIGKILL" not in text
     assert no_process_left(str(log))
 
 
@@ -268,6 +269,27 @@ def test_vllm_flush_without_dev_mode_says_what_it_needs(tmp_path: Path,
     assert not f["ok"] and f["reason"] == ('HTTP 404: {"detail":"Not Found"} (the endpoint '
                                            "needs VLLM_SERVER_DEV_MODE=1 in the server's "
                                            "environment)")
+
+
+# ------------------------------------ vLLM per-request metrics, fingerprints
+
+
+def test_vllm_per_request_metrics_are_the_timing_cross_check(tmp_path: Path,
+                                                             results: Path) -> None:
+    # the life recorded with --enable-per-request-metrics: its usage chunk's metrics
+    # block (generation_time_ms measured here) and system_fingerprint
+    out = _campaign(tmp_path, results, "vllm", {"a": ["--shapes", str(VLLM_NO_DEV)]},
+                    collectors=[], rounds=2, defaults={"request_timeout": 30})
+    recs = out.run.records()
+    samples = _of(recs, type="sample", arm="a")
+    assert len(samples) == 4 and all(s["metrics"]["server_decode_tok_s"] > 0 for s in samples)
+    assert all(s["server_metrics"]["generation_time_ms"] > 0 for s in samples)
+    md = out.report_md
+    assert "Client/server timing agreement: median |client/server - 1| = " in md
+    assert "samples (server = vLLM metrics.generation_time_ms)." in md
+    fps = _of(recs, type="system_fingerprint")
+    assert len(fps) == 4  # one per server life
+    assert all(f["fingerprints"] == ["vllm-0.32.0-b7b418ee"] for f in fps)
 
 
 # ------------------------------------------- counters a build lacks, sources
