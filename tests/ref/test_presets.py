@@ -16,8 +16,6 @@ from typing import Any
 import pytest
 
 from abbench.campaign.runner import Campaign, RunOptions
-from abbench.collectors.counters import counter_value
-from abbench.config.presets import SGLANG as SGLANG_PRESET
 from abbench.config.schema import ResolvedArm, config_from_data, load_config
 from abbench.server.process import start_server
 from tests.conftest import no_process_left, refserver_start, write_arms
@@ -386,17 +384,6 @@ def test_misses_per_token_sources_agree_with_side_calls(tmp_path: Path, results:
     want = (96 + 2 * 24 - cached) / (32 + 2 * 8)
     assert prom["metrics"]["misses_per_token"] == pytest.approx(want, rel=1e-12)
     assert resp["metrics"]["misses_per_token_usage"] == pytest.approx(want, rel=1e-12)
-
-
-def test_sglang_cached_tokens_counter_appears_at_the_first_hit() -> None:
-    start = (SGLANG / "metrics_0_start.txt").read_text()
-    assert "sglang:cached_tokens_total" not in start
-    assert "sglang:cached_tokens_total" in SGLANG_PRESET.counters_absent_until_counted
-    assert counter_value(start, "sglang:cached_tokens_total", absent=0.0) == 0.0
-    with pytest.raises(KeyError, match="not among"):
-        counter_value(start, "sglang:cached_tokens_total")
-    later = (SGLANG / "metrics_2_after_repeat.txt").read_text()
-    assert counter_value(later, "sglang:cached_tokens_total", absent=0.0) == 400.0
 
 
 if sys.platform != "linux":  # /dev/shm and /proc

@@ -132,6 +132,19 @@ def test_metric_names_in() -> None:
     assert {n[:-6] for n in VLLM.metric_names.values()} <= vllm
 
 
+# SGLang's cached_tokens_total: labelled, so absent until the first cache hit
+def test_sglang_cached_tokens_counter_appears_at_the_first_hit() -> None:
+    start = (SHAPES / "sglang-0.5.23" / "default" / "metrics_0_start.txt").read_text()
+    assert "sglang:cached_tokens_total" not in start
+    assert "sglang:cached_tokens_total" in SGLANG.counters_absent_until_counted
+    assert counter_value(start, "sglang:cached_tokens_total", absent=0.0) == 0.0
+    with pytest.raises(KeyError, match="not among"):
+        counter_value(start, "sglang:cached_tokens_total")
+    later = (SHAPES / "sglang-0.5.23" / "default" /
+             "metrics_2_after_repeat.txt").read_text()
+    assert counter_value(later, "sglang:cached_tokens_total", absent=0.0) == 400.0
+
+
 # the stop: what a dead server left in /dev/shm
 def test_remove_stale_shm(tmp_path: Path) -> None:
     start = time.time()
