@@ -50,8 +50,8 @@ Stopping (abbench's stop order):
                     "main exit <t>" (monotonic clock) to FILE
   --child           start a child process in the server's group that waits for TERM
   --ignore-term     the main process notes TERM and goes on (SIGKILL must end it)
-  --leave-shm NAME  create /dev/shm/NAME at start and leave it (a server killed before
-                    its resource tracker ran)
+  --leave-shm NAME  create /dev/shm/NAME at start, map it, and leave it (a server
+                    killed before its resource tracker ran)
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import mmap
 import os
 import re
 import signal
@@ -444,10 +445,16 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+_KEEP: list[object] = []
+
+
 def _stopping(args: argparse.Namespace) -> None:
     """--stop-log, --child, --leave-shm: what abbench's stop is tested on."""
-    if args.leave_shm:
-        Path("/dev/shm", args.leave_shm).write_bytes(b"\0" * 4096)
+    if args.leave_shm:  # mapped for the server's life, as a psm_ segment is
+        shm = Path("/dev/shm", args.leave_shm)
+        shm.write_bytes(b"\0" * 4096)
+        with open(shm, "r+b") as f:
+            _KEEP.append(mmap.mmap(f.fileno(), 4096))
     if not args.stop_log:
         return
     log = Path(args.stop_log)

@@ -17,7 +17,7 @@ import pytest
 
 from abbench.campaign.runner import Campaign, RunOptions
 from abbench.config.schema import ResolvedArm, config_from_data, load_config
-from abbench.server.process import start_server
+from abbench.server.process import remove_stale_shm, shm_inodes, start_server
 from tests.conftest import no_process_left, refserver_start, write_arms
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,27 +109,46 @@ def test_stop_kills_what_ignores_term_once_the_grace_is_over(tmp_path: Path) -> 
 
 def test_stop_removes_what_the_dead_server_left_in_dev_shm_and_logs_it(
         tmp_path: Path) -> None:
-    name = f"psm_abbtest_{uuid.uuid4().hex[:8]}"
-    held = Path("/dev/shm") / f"psm_abbtest_held_{uuid.uuid4().hex[:8]}"
-    old = Path("/dev/shm") / f"psm_abbtest_old_{uuid.uuid4().hex[:8]}"
+    shm = Path("/dev/shm")
+    tag = uuid.uuid4().hex[:8]
+    name = f"psm_abbtest_{tag}"  # the server maps it, and leaves it when it exits
+    held, old, foreign = (shm / f"psm_abbtest_{k}_{tag}" for k in ("held", "old", "foreign"))
     old.write_bytes(b"x")
     os.utime(old, (time.time() - 3600, time.time() - 3600))
     try:
         s = _server(tmp_path, "--leave-shm", name)
-        assert (Path("/dev/shm") / name).exists()
+        assert (shm / name).exists()
+        # made after the server's start, by another process, mapped by none now: not
+        # the server's (the name-and-age rule alone removed it)
+        foreign.write_bytes(b"z")
         with open(held, "wb") as f:  # a live process (this test) holds it open: kept
             f.write(b"y" * 8192)
             f.flush()
             s.stop()
             assert held.exists()
-        assert not (Path("/dev/shm") / name).exists()
-        assert old.exists()  # older than the server's start: not its leftover
+        assert not (shm / name).exists()
+        assert old.exists() and foreign.exists()
         text = (tmp_path / "a.log").read_text()
-        assert f"# abbench: removed what the server left in /dev/shm: {name} (4 KiB)" in text
-        assert held.name not in text and old.name not in text
+        assert f"# abbench: removed what the server left in /dev/shm: {name} (4 KiB)\n" in text
+        assert tag not in text.replace(name, "")
     finally:
-        for p in (held, old, Path("/dev/shm") / name):
+        for p in (held, old, foreign, shm / name):
             p.unlink(missing_ok=True)
+
+
+def test_a_live_named_semaphore_is_never_removed() -> None:
+    # glibc maps a named semaphore under the temporary name it made it with
+    # ("/dev/shm/sem.XXXXXX (deleted)"): by name it looked unused, and a stop removed
+    # the sem.mp-* of vLLM servers starting beside it (their engine died: "No such file")
+    import multiprocessing
+
+    before = {n for n in os.listdir("/dev/shm") if n.startswith("sem.mp-")}
+    lock = multiprocessing.get_context("spawn").Lock()
+    (mine,) = {n for n in os.listdir("/dev/shm") if n.startswith("sem.mp-")} - before
+    assert not any(r.startswith(mine) for r in remove_stale_shm(time.time() - 60))
+    assert os.path.exists(f"/dev/shm/{mine}")
+    assert os.stat(f"/dev/shm/{mine}").st_ino in shm_inodes([str(os.getpid())])
+    del lock
 
 
 # ------------------------------------------------------------------ hang probe
