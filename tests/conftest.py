@@ -84,7 +84,7 @@ REAL_DIR = Path(__file__).resolve().parent / "real"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The ``real`` marker, by folder: every test under tests/real/. ``sglang`` tests
-    run only when asked for (``-m sglang``): SGLang on 2 cores takes tens of minutes."""
+    run only when asked for (``-m sglang``): SGLang's 4 lives take 4-7 minutes on 2 cores."""
     asked = "sglang" in (config.getoption("markexpr", "") or "")
     for item in items:
         if REAL_DIR in Path(str(item.fspath)).resolve().parents:

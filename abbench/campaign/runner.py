@@ -438,12 +438,7 @@ class Campaign:
         if self.stop_event.is_set():
             raise Interrupted("interrupted")
         self.record(rec)
-        if rec.status == "failed":
-            silent = "no data for" in str(rec.reason or "")  # a request gone silent
-            trouble = _server_trouble(server, arm_preset(arm).hang_probe_timeout_s,
-                                      probe=silent)
-            if trouble:
-                raise _SlotFailed(f"{trouble} ({rec.reason}); log: {server.log_path}")
+        _check_after(rec, server, arm)
 
 
     def _load(self, ctx: SlotContext, prompts: PromptMaker, workload: Workload, w_index: int,
@@ -488,10 +483,7 @@ class Campaign:
                             **head, "valid": out.valid, "reason": out.reason,
                             "metrics": out.metrics, "status": status, **out.detail})
                     self.record(rec)
-                    trouble = _server_trouble(ctx.server) if rec.status == "failed" else None
-                    if trouble:
-                        raise _SlotFailed(f"{trouble} ({rec.reason}); log: "
-                                          f"{ctx.server.log_path}")
+                    _check_after(rec, ctx.server, ctx.arm)
 
 
 def arm_meta(a: ResolvedArm) -> dict[str, Any]:
@@ -561,8 +553,20 @@ def system_fingerprints(records: list[Record], slot: int) -> list[str]:
     return out
 
 
-def _server_trouble(server: Server, timeout: float = 5.0, *, probe: bool = True
-                    ) -> str | None:
+def _check_after(rec: WorkloadSample, server: Server, arm: ResolvedArm) -> None:
+    """After a sample: raise _SlotFailed when it failed and the server cannot go on.
+    The readiness path is probed only when a request went silent (the transport's and
+    the load workload's "no data for ..."), for the preset's ``hang_probe_timeout_s``:
+    SGLang's /health runs a generation, a request that failed otherwise asks it nothing."""
+    if rec.status != "failed":
+        return
+    silent = "no data for" in str(rec.reason or "")
+    trouble = _server_trouble(server, arm_preset(arm).hang_probe_timeout_s, probe=silent)
+    if trouble:
+        raise _SlotFailed(f"{trouble} ({rec.reason}); log: {server.log_path}")
+
+
+def _server_trouble(server: Server, timeout: float, *, probe: bool) -> str | None:
     """After a failed request: why this server cannot go on, or None when it can.
 
     Dead, or (when the request went silent: ``probe``) alive but not answering its

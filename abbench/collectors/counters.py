@@ -52,10 +52,12 @@ def _base_name(name: str) -> str:
     return name[: -len("_total")] if name.endswith("_total") else name
 
 
-def counter_value(text: str, name: str, labels: dict[str, str] | None = None) -> float:
+def counter_value(text: str, name: str, labels: dict[str, str] | None = None, *,
+                  absent: float | None = None) -> float:
     """The value of counter ``name`` in Prometheus text ``text``, summed over the series
     whose labels include ``labels``. Trusts ``# TYPE``: a gauge or an absent name raises
-    KeyError with the reason."""
+    KeyError with the reason; an absent name reads ``absent`` when that is given (a
+    counter the server creates at its first count)."""
     base = _base_name(name)
     labels = labels or {}
     total, named, found = 0.0, False, False
@@ -73,6 +75,8 @@ def counter_value(text: str, name: str, labels: dict[str, str] | None = None) ->
                 total += s.value
                 found = True
     if not named:
+        if absent is not None:
+            return absent
         raise KeyError(f"{name} is not among the server's metrics")
     if not found:
         raise KeyError(f"{name}: no series with labels {labels}")
@@ -171,11 +175,13 @@ class PrometheusCollector(_RateCollector):
 
     def _read(self, text: str, preset: Preset) -> dict[str, float]:
         counter, minus = self._names(preset)
-        out = {counter: counter_value(text, counter, self.settings.labels)}
-        if minus:
-            out[minus] = counter_value(text, minus, self.settings.labels)
-        if self.settings.per not in ("decoded", "none"):
-            out[self.settings.per] = counter_value(text, self.settings.per)
+        lazy = preset.counters_absent_until_counted
+        out: dict[str, float] = {}
+        for name, labels in ((counter, self.settings.labels), (minus, self.settings.labels),
+                             (self.settings.per, None)):
+            if name and name not in ("decoded", "none"):
+                out[name] = counter_value(text, name, labels,
+                                          absent=0.0 if name in lazy else None)
         return out
 
     def begin_server(self, ctx: SlotContext) -> None:
@@ -196,8 +202,10 @@ class PrometheusCollector(_RateCollector):
                 if name and name not in wanted.values():
                     wanted[name] = name
             present = metric_names_in(text)
+            lazy = preset.counters_absent_until_counted
             rec.update(ok=True, missing=sorted(n for n in wanted.values()
-                                               if _base_name(n) not in present))
+                                               if _base_name(n) not in present
+                                               and n not in lazy))
         ctx.record(CountersRecord.model_validate(rec))
 
     def begin_window(self, ctx: SlotContext, row: str) -> WindowState:

@@ -42,6 +42,9 @@ class Preset:
     misses_counter: str | None = None
     #: ... minus this one's (hits subtracted from queries), when set
     misses_minus_counter: str | None = None
+    #: counters the server creates at their first count (a labelled prometheus_client
+    #: counter in multiprocess mode): absent from /metrics reads 0, and is not "missing"
+    counters_absent_until_counted: tuple[str, ...] = ()
     #: where a response says how many prompt tokens came from cache (tried in order)
     cached_tokens_fields: tuple[str, ...] = ()
     #: server flags without which the metrics above stay empty (for messages)
@@ -145,6 +148,9 @@ SGLANG = Preset(
     },
     misses_counter="sglang:prompt_tokens_total",
     misses_minus_counter="sglang:cached_tokens_total",
+    # labelled by cache_source, so absent until the first cache hit (with
+    # --disable-radix-cache: always; observability/metrics_collector.py:1934-1938)
+    counters_absent_until_counted=("sglang:cached_tokens_total",),
     # OpenAI API: usage... with --enable-cache-report; native /generate: meta_info
     cached_tokens_fields=("usage.prompt_tokens_details.cached_tokens",
                           "meta_info.cached_tokens"),

