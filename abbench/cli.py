@@ -46,8 +46,8 @@ ResultsOpt = Annotated[Path | None, typer.Option("--results", help="results dire
 
 
 UntilCiOpt = Annotated[str | None, typer.Option(
-    "--until-ci", help="add balanced blocks of rounds until every interval's half-width is at "
-    "most this, e.g. 1% (stats.until_ci)")]
+    "--until-ci", help="add balanced blocks of rounds until every watched 95% interval's "
+    "half-width is at most this, e.g. 1% (stats.until_ci)")]
 MaxRoundsOpt = Annotated[int | None, typer.Option(
     "--max-rounds", min=2, help="cap on rounds with --until-ci (stats.max_rounds)")]
 

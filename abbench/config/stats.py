@@ -51,7 +51,7 @@ class StatsConfig(BaseModel):
     noise_bands: dict[str, Fraction] = Field(default_factory=dict,
                                              description="per-metric bands, e.g. {ttft_ms: 3%}")
     until_ci: Fraction | None = Field(None, description="add rounds until every watched "
-                                      "interval's half-width is at most this (e.g. 1%)")
+                                      "95% interval's half-width is at most this (e.g. 1%)")
     max_rounds: int | None = Field(None, ge=2, le=10000, description="cap on rounds with "
                                    "until_ci (default: 4 x rounds)")
     until_metrics: list[str] | None = Field(None, description="metrics until_ci watches "
