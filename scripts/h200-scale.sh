@@ -16,6 +16,10 @@
 #                      (waits up to GO_WAIT seconds, 560 by default)
 #   join PART2         device: join SmolLM2's two parts, wait (WAIT, 560)
 #   finish             device: wait (WAIT, 480), copy what every run stored to $OUT
+# CHAIN=rest (on go) runs what the 2026-12-01 session left instead of the calibration,
+# the SmolLM2 half and the first noise-lab settings: the 8B noise lab's mlock and nice,
+# the SmolLM2 noise lab (arms/h200-smollm2-noise-lab.yaml), then arms/h200-seed.yaml
+# (the 8B shape with its 255K rows) for the time that is left.
 set -uo pipefail
 W=/tmp/ab
 D=.device
@@ -76,6 +80,8 @@ cd $W/pkg
     --jobs 8 --tokenizer-from $W/vocab.gguf --out $SYNTH_8B_GGUF --sha256 >$W/gguf.log 2>&1; \
   echo \$? >$W/gguf.rc ) &
 wait
+CHAIN
+  if [[ ${CHAIN:-main} == main ]]; then cat >>$W/chain.sh <<CHAIN
 python3 -m abbench.cli calibrate arms/h200-8b-calibrate.yaml --arm prod --rounds 4 --plain \
   --results $W/results-cal >$W/cal.log 2>&1; echo \$? >$W/cal.rc
 i=0; while [ ! -s $SMOLLM2_GGUF ] && [ \$i -lt 600 ]; do sleep 5; i=\$((i + 5)); done
@@ -88,6 +94,22 @@ for arm in no-graphs pinned mlock nice default; do
   python3 -m abbench.cli calibrate arms/h200-8b-noise-lab.yaml --arm \$arm --rounds 4 --plain \
     --results $W/results-lab >>$W/lab.log 2>&1; echo "\$arm \$?" >>$W/lab.rc
 done
+CHAIN
+  else cat >>$W/chain.sh <<CHAIN
+for arm in mlock nice; do
+  python3 -m abbench.cli calibrate arms/h200-8b-noise-lab.yaml --arm \$arm --rounds 4 --plain \
+    --results $W/results-lab >>$W/lab.log 2>&1; echo "\$arm \$?" >>$W/lab.rc
+done
+i=0; while [ ! -s $SMOLLM2_GGUF ] && [ \$i -lt 600 ]; do sleep 5; i=\$((i + 5)); done
+for arm in default no-graphs pinned nice mlock; do
+  python3 -m abbench.cli calibrate arms/h200-smollm2-noise-lab.yaml --arm \$arm --rounds 4 \
+    --plain --results $W/results-lab >>$W/lab.log 2>&1; echo "smollm2 \$arm \$?" >>$W/lab.rc
+done
+python3 -m abbench.cli run arms/h200-seed.yaml --plain --results $W/results-seed \
+  >$W/seed.log 2>&1; echo \$? >$W/seed.rc
+CHAIN
+  fi
+  cat >>$W/chain.sh <<CHAIN
 echo done >$W/chain.done
 CHAIN
   setsid nohup bash $W/chain.sh >$W/chain.log 2>&1 </dev/null &
