@@ -8,7 +8,6 @@ and SGLang's own clients report (inverted) as TPOT.
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
@@ -19,7 +18,7 @@ from typing import Any
 
 from abbench.config.presets import arm_preset
 from abbench.config.schema import ResolvedArm, Workload
-from abbench.errors import RequestError, clip
+from abbench.errors import RequestError
 from abbench.server.http import Reply, Transport, TransportError
 from abbench.workload import wire
 from abbench.workload.wire import WireError
@@ -95,81 +94,52 @@ class StreamResult:
         return (n - 1) / dt if dt > 0 else None
 
 
-#: the longest SSE line read (a chunk is a few hundred bytes)
-MAX_LINE = 1024 * 1024
-
-
 def parse_sse(chunks: Iterator[bytes], result: StreamResult, clock=time.perf_counter,
               on_first: Callable[[], None] | None = None,
               max_content: int | None = None) -> None:
     """Consume an SSE byte stream of OpenAI completion chunks into ``result``.
 
-    Every ``data:`` event is parsed by :mod:`.wire`; a malformed one raises a
+    Every ``data:`` event is parsed by :class:`.wire.SseReader`; a malformed one raises a
     WireError naming it (``stream chunk 3: choices is a string``). ``max_content``:
     content chunks beyond this fail the request (a stream that never ends). Kept
     free of I/O so that the client-capacity benchmark can drive it at full speed.
     """
-    buf = b""
+    reader = wire.SseReader()
     texts: list[str] = []
-    events = 0
     content = 0
-
-    def take(line: bytes, now: float) -> None:
-        nonlocal events, content
-        if not line.startswith(b"data:"):
-            return
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            result.t_end = now
-            return
-        events += 1
-        chunk = wire.parse(wire.Chunk, payload, f"stream chunk {events}")
-        if chunk.error is not None and not chunk.choices:
-            raise WireError(f"stream chunk {events}: the server reported an error: "
-                            f"{clip(json.dumps(chunk.error), 200)}")
-        result.chunks += 1
-        for choice in chunk.choices or ():
-            text = choice.text
-            if text is None and choice.delta is not None:
-                text = choice.delta.content
-            if text:
-                content += 1
-                if max_content is not None and content > max_content:
-                    raise WireError(f"stream chunk {events}: the stream went on past "
-                                    f"{max_content} content chunks")
-                if result.t_first is None:
-                    result.t_first = now
-                    if on_first is not None:
-                        on_first()
-                result.t_last = now
-                texts.append(text)
-            if choice.finish_reason:
-                result.finish_reason = choice.finish_reason
-        if chunk.usage is not None:
-            result.usage = wire.dump(chunk.usage)
-        if chunk.timings is not None:
-            result.timings = wire.dump(chunk.timings)
-        if chunk.meta_info is not None:
-            result.extra["meta_info"] = chunk.meta_info
-        if chunk.metrics:  # vLLM --enable-per-request-metrics, on the usage chunk
-            result.extra["server_metrics"] = chunk.metrics
-        if chunk.system_fingerprint:
-            result.extra["system_fingerprint"] = chunk.system_fingerprint
-
     for data in chunks:
         now = clock()
-        buf += data
-        if b"\n" not in data:
-            if len(buf) > MAX_LINE:
-                raise WireError(f"stream chunk {events + 1}: a line longer than "
-                                f"{MAX_LINE // 1024} KiB")
-            continue
-        *lines, buf = buf.split(b"\n")
-        for line in lines:
-            take(line, now)
-    if buf.strip():  # the stream ended inside a line
-        raise WireError(f"stream chunk {events + 1}: the stream ended inside it "
-                        f"({clip(repr(buf[:60]), 80)})")
+        batch = reader.feed(data)
+        for k, chunk in enumerate(batch, start=reader.events - len(batch) + 1):
+            result.chunks += 1
+            for choice in chunk.choices or ():
+                text = choice.content
+                if text:
+                    content += 1
+                    if max_content is not None and content > max_content:
+                        raise WireError(f"stream chunk {k}: the stream went on "
+                                        f"past {max_content} content chunks")
+                    if result.t_first is None:
+                        result.t_first = now
+                        if on_first is not None:
+                            on_first()
+                    result.t_last = now
+                    texts.append(text)
+                if choice.finish_reason:
+                    result.finish_reason = choice.finish_reason
+            if chunk.usage is not None:
+                result.usage = wire.dump(chunk.usage)
+            if chunk.timings is not None:
+                result.timings = wire.dump(chunk.timings)
+            if chunk.meta_info is not None:
+                result.extra["meta_info"] = chunk.meta_info
+            if chunk.metrics:  # vLLM --enable-per-request-metrics, on the usage chunk
+                result.extra["server_metrics"] = chunk.metrics
+            if chunk.system_fingerprint:
+                result.extra["system_fingerprint"] = chunk.system_fingerprint
+        if reader.done and result.t_end is None:
+            result.t_end = now
+    reader.close()
     result.text = "".join(texts)
     if result.t_end is None:
         result.t_end = clock()

@@ -29,6 +29,7 @@ from abbench.config.schema import Arrival, LoadLevel, LoadSpec, Workload
 from abbench.errors import RequestError
 from abbench.model.load import aggregate, chunk_tokens
 from abbench.server.http import AsyncClientError, AsyncSession, async_session
+from abbench.workload import wire
 from abbench.workload.decode import Client, PromptMaker
 
 
@@ -99,62 +100,44 @@ class LoadResult:
 
 
 class _Stream:
-    """Incremental SSE parser of one response: content chunk times and token counts."""
+    """Incremental SSE parser of one response (:class:`.wire.SseReader`): content chunk
+    times and token counts."""
 
-    __slots__ = ("buf", "cum", "done", "res")
+    __slots__ = ("cum", "reader", "res")
 
     def __init__(self, res: LoadResult):
-        self.buf = b""
+        self.reader = wire.SseReader()
         self.res = res
-        self.done = False
         self.cum = 0
 
+    @property
+    def done(self) -> bool:
+        return self.reader.done
+
     def feed(self, data: bytes, now: float) -> None:
-        buf = self.buf + data
-        if b"\n" not in data:
-            self.buf = buf
-            return
-        *lines, self.buf = buf.split(b"\n")
         res = self.res
-        for line in lines:
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                self.done = True
-                continue
-            try:
-                obj = json.loads(payload)
-            except ValueError:
-                raise RequestError(f"broken SSE stream: not JSON: {payload[:80]!r}") from None
-            if "error" in obj and not obj.get("choices"):
-                raise RequestError(f"server error in stream: {obj['error']}")
-            usage = obj.get("usage")
-            content = False
-            for choice in obj.get("choices") or ():
-                text = choice.get("text")
-                if text is None:
-                    text = (choice.get("delta") or {}).get("content")
-                if text:
-                    content = True
-            if content:
+        for chunk in self.reader.feed(data):
+            usage = chunk.usage
+            if any(choice.content for choice in chunk.choices or ()):
                 res.chunk_t.append(now)
-                toks = obj.get("tokens")
+                toks = (chunk.model_extra or {}).get("tokens")
                 if isinstance(toks, list):
                     res.reported.append(len(toks))
-                elif usage and "completion_tokens" in usage:  # vLLM continuous usage
-                    res.reported.append(int(usage["completion_tokens"]) - self.cum)
-                    self.cum = int(usage["completion_tokens"])
+                elif usage is not None and usage.completion_tokens is not None:
+                    # vLLM's continuous usage stats
+                    res.reported.append(usage.completion_tokens - self.cum)
+                    self.cum = usage.completion_tokens
                 else:
                     res.reported_ok = False
-            if usage:
-                if "completion_tokens" in usage:
-                    res.completion_tokens = int(usage["completion_tokens"])
-                if "prompt_tokens" in usage:
-                    res.prompt_tokens = int(usage["prompt_tokens"])
-            timings = obj.get("timings")
-            if timings and res.completion_tokens is None and "predicted_n" in timings:
-                res.completion_tokens = int(timings["predicted_n"])
+            if usage is not None:
+                if usage.completion_tokens is not None:
+                    res.completion_tokens = usage.completion_tokens
+                if usage.prompt_tokens is not None:
+                    res.prompt_tokens = usage.prompt_tokens
+            timings = chunk.timings
+            if timings is not None and res.completion_tokens is None \
+                    and timings.predicted_n is not None:
+                res.completion_tokens = timings.predicted_n
 
 
 async def _send(session: AsyncSession, url: str, res: LoadResult) -> None:
@@ -170,6 +153,7 @@ async def _send(session: AsyncSession, url: str, res: LoadResult) -> None:
                 return
             async for data in r.content.iter_any():
                 stream.feed(data, time.perf_counter())
+            stream.reader.close()
             res.t_end = time.perf_counter()
         res.status, res.reason = "ok", None
     except RequestError as e:

@@ -67,6 +67,14 @@ class Choice(_Wire):
     finish_reason: str | None = None
     logprobs: Any = None
 
+    @property
+    def content(self) -> str | None:
+        """The text this choice streamed: ``text`` (completions) or ``delta.content``
+        (chat)."""
+        if self.text is None and self.delta is not None:
+            return self.delta.content
+        return self.text
+
 
 class Chunk(_Wire):
     """One ``data:`` event of a streamed completion."""
@@ -79,6 +87,56 @@ class Chunk(_Wire):
     #: vLLM --enable-per-request-metrics: generation_time_ms and friends, on the usage chunk
     metrics: dict[str, Any] | None = None
     system_fingerprint: str | None = None
+
+
+#: the longest SSE line read (a chunk is a few hundred bytes)
+MAX_LINE = 1024 * 1024
+
+
+class SseReader:
+    """The ``data:`` events of one streamed completion, fed bytes as they arrive (any
+    split): :meth:`feed` returns the complete events as :class:`Chunk` s; ``[DONE]``
+    sets ``done``. A malformed event, one the server marks as an error, or a line over
+    :data:`MAX_LINE` is a :class:`WireError` naming the event (``stream chunk 3: ...``).
+    """
+
+    __slots__ = ("buf", "done", "events")
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.events = 0
+        self.done = False
+
+    def feed(self, data: bytes) -> list[Chunk]:
+        buf = self.buf + data
+        if b"\n" not in data:
+            if len(buf) > MAX_LINE:
+                raise WireError(f"stream chunk {self.events + 1}: a line longer than "
+                                f"{MAX_LINE // 1024} KiB")
+            self.buf = buf
+            return []
+        *lines, self.buf = buf.split(b"\n")
+        out = []
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                self.done = True
+                continue
+            self.events += 1
+            chunk = parse(Chunk, payload, f"stream chunk {self.events}")
+            if chunk.error is not None and not chunk.choices:
+                raise WireError(f"stream chunk {self.events}: the server reported an error: "
+                                f"{clip(json.dumps(chunk.error), 200)}")
+            out.append(chunk)
+        return out
+
+    def close(self) -> None:
+        """The stream ended: a :class:`WireError` if it ended inside a line."""
+        if self.buf.strip():
+            raise WireError(f"stream chunk {self.events + 1}: the stream ended inside it "
+                            f"({clip(repr(self.buf[:60]), 80)})")
 
 
 class Completion(_Wire):

@@ -17,6 +17,7 @@ from abbench.model.metrics import METRICS
 from abbench.model.records import parse_records
 from abbench.report.notes import load_notes
 from abbench.workload.load import LoadJob, LoadResult, _Stream, arrival_times
+from abbench.workload.wire import WireError
 
 ARMS = {"arms": [{"name": "a", "start": "x {port}"}, {"name": "b", "start": "x {port}"}]}
 
@@ -220,3 +221,21 @@ def test_sweep_points_place_other_arms_by_their_paired_change(tmp_path) -> None:
     assert (tmp_path / "sweep.png").exists()
     slots = parse_records([r for r in recs if r["type"] == "slot"])
     assert not write_sweep(slots, meta, tmp_path / "x.png")
+
+
+def test_the_load_parser_reads_chunks_as_the_decode_parser_does() -> None:
+    """One SSE reader (wire.SseReader) for both clients: a malformed chunk is a
+    WireError naming it, never an AttributeError out of the load client."""
+    for bad, want in ((b'data: {"choices": "x"}\n', "stream chunk 1: choices is a string"),
+                      (b"data: [1, 2]\n", "stream chunk 1 is a list, not an object"),
+                      (b'data: {"usage": {"completion_tokens": "3"}}\n',
+                       "stream chunk 1: usage.completion_tokens is a string"),
+                      (b'data: {"error": {"message": "boom"}}\n',
+                       "stream chunk 1: the server reported an error")):
+        st = _Stream(LoadResult(LoadJob(0, False, b"", "n")))
+        with pytest.raises(WireError, match=want):
+            st.feed(bad, 0.0)
+    st = _Stream(LoadResult(LoadJob(0, False, b"", "n")))
+    st.feed(b'data: {"choices": [{"text": "a"}]}\ndata: {"cho', 0.0)
+    with pytest.raises(WireError, match="stream chunk 2: the stream ended inside it"):
+        st.reader.close()
