@@ -114,18 +114,17 @@ def test_tables_are_what_build_table_and_until_ci_make(sim):
 
 
 def test_short_study_through_the_real_code(sim):
-    both = ("current",)
-    aa = sim.study_scenario(sim.Scenario("A/A", 0.0, 10), both, campaigns=150, seed=3)
-    assert aa.rounds_mean == 10 and aa.changed["current"] <= 0.03 and aa.coverage >= 0.9
-    seq = sim.study_scenario(sim.Scenario("AABB", 0.0, 10, order="sequential"), ("current",),
+    aa = sim.study_scenario(sim.Scenario("A/A", 0.0, 10), campaigns=150, seed=3)
+    assert aa.rounds_mean == 10 and aa.changed <= 0.03 and aa.coverage >= 0.9
+    seq = sim.study_scenario(sim.Scenario("AABB", 0.0, 10, order="sequential"),
                              campaigns=60, seed=3)
-    assert seq.changed["current"] > 0.5 and seq.coverage < 0.1  # drift read as an effect
-    eff = sim.study_scenario(sim.Scenario("2%", 0.02, 6, until=0.005, cap=12), both,
+    assert seq.changed > 0.5 and seq.coverage < 0.1  # drift read as an effect
+    eff = sim.study_scenario(sim.Scenario("2%", 0.02, 6, until=0.005, cap=12),
                              campaigns=60, seed=3)
-    assert 6 < eff.rounds_mean <= 12 and eff.right_sign["current"] > 0.5
-    exact = sim.study_exact(("current",), 5, 3, [2])
+    assert 6 < eff.rounds_mean <= 12 and eff.right_sign > 0.5
+    exact = sim.study_exact(5, 3, [2])
     assert all(v[0] == 1.0 and v[1] == 1.0 for v in exact.values())  # decided, at n = 2
-    tables = sim.study_aa(("current",), lambda nz, n: 40, 3, [4])
+    tables = sim.study_aa(lambda nz, n: 40, 3, [4])
     assert all(rate <= 0.1 and rounds == 4 for rate, rounds in tables.values())
 
 
