@@ -54,13 +54,12 @@ def planned_and_more(cfg: Config, run: Run, schedule: list[Slot], seed: int,
     next_round = max((r for r, _pos, _arm in planned), default=-1) + 1
     cap = max_rounds(settings, done)
     alpha_k, alpha_end = look_alphas(settings, len(planned_looks(done, cap, len(cfg.arm_names))))
-    at_end = settings.model_copy(update={"alpha": alpha_end})
     looks: list[dict[str, Any]] = []
     next_index = len(planned)
     while True:
         meta = run.meta()
         records = run.records()
-        nominal = watched_comparisons(records, meta, at_end)
+        nominal = watched_comparisons(records, meta, settings)  # their widths
         spent = watched_comparisons(records, meta, settings.model_copy(update={"alpha": alpha_k}))
         reason = stop_reason(nominal, spent, target=target, rounds_done=done, cap=cap)
         widths = [half_width_95(c) for c in nominal if c is not None]

@@ -65,8 +65,8 @@ def stop_reason(nominal: Sequence[Comparison | None], spent: Sequence[Comparison
                 target: float, rounds_done: int, cap: int) -> str | None:
     """Why to stop after this look, or None to add a block.
 
-    ``nominal``: the watched cells' comparisons at the report's alpha (their 95% widths,
-    :func:`half_width_95`);
+    ``nominal``: the watched cells' comparisons (their 95% widths, :func:`half_width_95`,
+    whatever alpha they were made at);
     ``spent``: the same at the per-look alpha (their verdicts).
     """
     if not nominal or any(c is None for c in nominal):
