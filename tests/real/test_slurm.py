@@ -28,9 +28,9 @@ def cluster() -> Iterator[str]:
         up = subprocess.run(["bash", str(SCRIPT), "up"], capture_output=True, text=True,
                             timeout=900, check=False)
     except subprocess.TimeoutExpired:
-        pytest.skip("scripts/slurm-local.sh up took more than 15 minutes")
+        pytest.fail("scripts/slurm-local.sh up took more than 15 minutes")
     if up.returncode != 0:
-        pytest.skip(f"Slurm could not be brought up (scripts/slurm-local.sh up, exit "
+        pytest.fail(f"Slurm could not be brought up (scripts/slurm-local.sh up, exit "
                     f"{up.returncode}): {up.stderr.strip()[-1500:]}")
     conf = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
     with pytest.MonkeyPatch.context() as mp:
