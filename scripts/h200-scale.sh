@@ -16,10 +16,12 @@
 #                      (waits up to GO_WAIT seconds, 560 by default)
 #   join PART2         device: join SmolLM2's two parts, wait (WAIT, 560)
 #   finish             device: wait (WAIT, 480), copy what every run stored to $OUT
-# CHAIN=rest (on go) runs what the 2026-12-01 session left instead of the calibration,
-# the SmolLM2 half and the first noise-lab settings: the 8B noise lab's mlock and nice,
-# the SmolLM2 noise lab (arms/h200-smollm2-noise-lab.yaml), then arms/h200-seed.yaml
-# (the 8B shape with its 255K rows) for the time that is left.
+# CHAIN=rest (on go) runs what the first 2026-12-01 session left instead of the
+# calibration, the SmolLM2 half and the first noise-lab settings: the recommended 32K
+# design measured (arms/h200-8b-calibrate-32k.yaml: 4 reps, 6 rounds), the 8B shape's
+# 255K rows with nvidia-smi logging (arms/h200-seed-255k.yaml), then, for the time that
+# is left, the SmolLM2 noise lab's default and CUDA-graphs-off settings, the 8B noise
+# lab's mlock and nice, and SmolLM2's other settings.
 set -uo pipefail
 W=/tmp/ab
 D=.device
@@ -96,17 +98,26 @@ for arm in no-graphs pinned mlock nice default; do
 done
 CHAIN
   else cat >>$W/chain.sh <<CHAIN
+python3 -m abbench.cli calibrate arms/h200-8b-calibrate-32k.yaml --arm prod --rounds 6 --plain \
+  --results $W/results-cal >$W/cal.log 2>&1; echo \$? >$W/cal.rc
+nvidia-smi --query-gpu=timestamp,memory.used,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv -lms 200 >$W/smi-gpu.csv 2>&1 & S1=\$!
+nvidia-smi --query-compute-apps=timestamp,pid,process_name,used_memory --format=csv -lms 200 >$W/smi-apps.csv 2>&1 & S2=\$!
+python3 -m abbench.cli run arms/h200-seed-255k.yaml --plain --results $W/results-seed \
+  >$W/seed.log 2>&1; echo \$? >$W/seed.rc
+kill \$S1 \$S2 2>/dev/null
+i=0; while [ ! -s $SMOLLM2_GGUF ] && [ \$i -lt 600 ]; do sleep 5; i=\$((i + 5)); done
+for arm in default no-graphs; do
+  python3 -m abbench.cli calibrate arms/h200-smollm2-noise-lab.yaml --arm \$arm --rounds 4 \
+    --plain --results $W/results-lab >>$W/lab.log 2>&1; echo "smollm2 \$arm \$?" >>$W/lab.rc
+done
 for arm in mlock nice; do
   python3 -m abbench.cli calibrate arms/h200-8b-noise-lab.yaml --arm \$arm --rounds 4 --plain \
     --results $W/results-lab >>$W/lab.log 2>&1; echo "\$arm \$?" >>$W/lab.rc
 done
-i=0; while [ ! -s $SMOLLM2_GGUF ] && [ \$i -lt 600 ]; do sleep 5; i=\$((i + 5)); done
-for arm in default no-graphs pinned nice mlock; do
+for arm in pinned nice mlock; do
   python3 -m abbench.cli calibrate arms/h200-smollm2-noise-lab.yaml --arm \$arm --rounds 4 \
     --plain --results $W/results-lab >>$W/lab.log 2>&1; echo "smollm2 \$arm \$?" >>$W/lab.rc
 done
-python3 -m abbench.cli run arms/h200-seed.yaml --plain --results $W/results-seed \
-  >$W/seed.log 2>&1; echo \$? >$W/seed.rc
 CHAIN
   fi
   cat >>$W/chain.sh <<CHAIN
