@@ -277,6 +277,13 @@ def test_every_preset_field_can_be_overridden_per_arm() -> None:
         with_overrides(VLLM, {"prepend_bos": "yes"})
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "arms").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_arms_file_loads(path: Path) -> None:
+    """The arms files the docs and scripts/h200-scale.sh run load as typed configs."""
+    cfg = load_config(path)
+    assert len(cfg.arms) >= 2 and cfg.workloads
+
+
 @pytest.mark.parametrize("name", ["sglang", "vllm"])
 def test_example_arms_files_validate(name: str) -> None:
     cfg = load_config(ROOT / "arms" / f"{name}.yaml")

@@ -22,11 +22,11 @@ from abbench.store.run import Run, iter_records, record_line
 
 ROOT = Path(__file__).resolve().parents[2]
 STORED = sorted([*ROOT.glob("tests/golden/runs/*/samples.jsonl"),
-                 *ROOT.glob("docs/examples/*-run/samples.jsonl"),
+                 *ROOT.glob("docs/examples/**/*-run/samples.jsonl"),
                  *ROOT.parent.glob("shared/fixtures/*/samples.jsonl")])
 
 
-@pytest.mark.parametrize("path", STORED, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", STORED, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
 def test_stored_runs_load_and_write_back_byte_for_byte(path: Path) -> None:
     lines = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
              if line.strip()]
