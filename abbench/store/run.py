@@ -22,10 +22,11 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -101,10 +102,34 @@ def check_writable(results: Path, need_bytes: int = 10 * 1024 * 1024) -> None:
 
 
 @dataclass
+class _ReadCache:
+    """What :meth:`Run.records` has parsed so far: the whole lines up to ``offset``."""
+
+    file: tuple[int, int] = (0, 0)  # (st_dev, st_ino) of the file read
+    offset: int = 0
+    lines: int = 0
+    last: bytes = b""  # the last whole line read, to notice a file rewritten in place
+    records: list[Record] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def holds(self, f: BinaryIO) -> bool:
+        """Whether ``f`` is the file read so far, grown by appends only."""
+        st = os.fstat(f.fileno())
+        if (st.st_dev, st.st_ino) != self.file or st.st_size < self.offset:
+            return False
+        f.seek(self.offset - len(self.last))
+        return f.read(len(self.last)) == self.last
+
+
+@dataclass
 class Run:
     """An open run folder, for writing (the runner) or reading (reports)."""
 
     path: Path
+    _read: _ReadCache = field(default_factory=_ReadCache, init=False, repr=False,
+                              compare=False)
+    _read_lock: threading.Lock = field(default_factory=threading.Lock, init=False,
+                                       repr=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -217,7 +242,39 @@ class Run:
         return meta
 
     def records(self, problems: list[str] | None = None) -> list[Record]:
-        return list(iter_records(self.samples_path, problems))
+        """Every record stored so far (as :func:`iter_records` reads them). The runner
+        asks after every window, so whole lines are parsed once and kept; each call
+        reads only what was appended since. A half-written last line is parsed each
+        time and never kept; a file replaced or cut shorter is read again."""
+        with self._read_lock:
+            try:
+                f = open(self.samples_path, "rb")  # noqa: SIM115
+            except FileNotFoundError:
+                self._read = _ReadCache()
+                return []
+            with f:
+                c = self._read
+                if not c.holds(f):
+                    st = os.fstat(f.fileno())
+                    c = self._read = _ReadCache(file=(st.st_dev, st.st_ino))
+                f.seek(c.offset)
+                data = f.read()
+            whole = data.rfind(b"\n") + 1
+            for line in data[:whole].split(b"\n")[:-1]:
+                rec = _parse_line(self.samples_path, c.lines + 1, line, c.problems)
+                c.lines += 1
+                c.offset += len(line) + 1
+                c.last = line + b"\n"
+                if rec is not None:
+                    c.records.append(rec)
+            out = list(c.records)
+            tail_problems: list[str] = []
+            tail = _parse_line(self.samples_path, c.lines + 1, data[whole:], tail_problems)
+            if tail is not None:
+                out.append(tail)
+            if problems is not None:
+                problems.extend([*c.problems, *tail_problems])
+            return out
 
 
 def record_line(record: Record) -> str:
@@ -251,33 +308,41 @@ def iter_records(path: Path, problems: list[str] | None = None) -> Iterator[Reco
     this schema but no record abbench can read (a field of the wrong type, a required
     one missing) is a :class:`StoreError` naming the file and line."""
     try:
-        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+        f = open(path, "rb")  # noqa: SIM115
     except FileNotFoundError:
         return
     with f:
         for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                if not isinstance(rec, dict):
-                    raise ValueError("not an object")
-            except ValueError as e:
-                if problems is not None:
-                    problems.append(f"{path}:{lineno}: skipped a corrupt line ({e})")
-                continue
-            if rec.get("schema") != SCHEMA_VERSION:
-                if problems is not None:
-                    problems.append(f"{path}:{lineno}: skipped a record of schema "
-                                    f"{rec.get('schema')!r}")
-                continue
-            try:
-                yield parse_record(rec)
-            except RecordError as e:
-                raise StoreError(f"line {lineno} is not a record abbench can read: {e}",
-                                 where=str(path),
-                                 hint="the file was edited or written by another tool: fix "
-                                      "or delete that line (every other line is kept)") from None
+            rec = _parse_line(path, lineno, line, problems)
+            if rec is not None:
+                yield rec
+
+
+def _parse_line(path: Path, lineno: int, line: bytes,
+                problems: list[str] | None) -> Record | None:
+    """One line of a samples file as a record; None for a blank or skipped line."""
+    if not line.strip():
+        return None
+    try:
+        rec = json.loads(line.decode("utf-8", errors="replace"))
+        if not isinstance(rec, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        if problems is not None:
+            problems.append(f"{path}:{lineno}: skipped a corrupt line ({e})")
+        return None
+    if rec.get("schema") != SCHEMA_VERSION:
+        if problems is not None:
+            problems.append(f"{path}:{lineno}: skipped a record of schema "
+                            f"{rec.get('schema')!r}")
+        return None
+    try:
+        return parse_record(rec)
+    except RecordError as e:
+        raise StoreError(f"line {lineno} is not a record abbench can read: {e}",
+                         where=str(path),
+                         hint="the file was edited or written by another tool: fix "
+                              "or delete that line (every other line is kept)") from None
 
 
 def list_runs(results: Path) -> list[Run]:
