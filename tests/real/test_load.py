@@ -39,6 +39,7 @@ workloads:
     (run,) = [p for p in results.iterdir() if (p / "run.json").is_file()]
     recs = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     samples = {(s["arm"], s["workload"]): s for s in recs if s["type"] == "sample"}
+    reqs = [x for x in recs if x["type"] == "load_request"]
     assert len(samples) == 2 * 3 and all(s["valid"] and s["reason"] is None
                                          for s in samples.values()), samples
     for arm in ("a", "b"):
@@ -49,8 +50,8 @@ workloads:
         # 2-core runner measured c=4 slower than c=1 once)
         for level, c in (("load c=1", 1), ("load c=4", 4)):
             timed = [(x["t_start"], x["t_start"] + x["ttft_ms"] / 1e3, x["t_end"])
-                     for x in recs if x["type"] == "load_request" and x["arm"] == arm
-                     and x["workload"] == level and not x["warmup"]]
+                     for x in reqs
+                     if x["arm"] == arm and x["workload"] == level and not x["warmup"]]
             assert len(timed) == 4, timed
             if c == 4:
                 assert max(first for _, first, _ in timed) < min(end for *_, end in timed), timed
@@ -65,7 +66,6 @@ workloads:
             assert 0.0 <= m["load_goodput"] <= 1.0 and m["load_failed"] == 0
         strict = samples[(arm, "strict c=1")]["metrics"]
         assert strict["load_goodput"] == 0.0 and strict["load_goodput_req_s"] == 0.0
-    reqs = [x for x in recs if x["type"] == "load_request"]
     assert len(reqs) == 2 * ((1 + 4) + (4 + 4) + 2)
     assert all(x["status"] == "ok" and x["prompt_tokens"] == 32 for x in reqs)
     meta = json.loads((run / "run.json").read_text())
