@@ -313,7 +313,8 @@ def bisect(
     arms_file: Annotated[Path, typer.Argument(help="an arms file with a git arm")],
     good: Annotated[str, typer.Option("--good", help="a ref where the row is as before")],
     bad: Annotated[str, typer.Option("--bad", help="a ref where the row has moved")],
-    row: Annotated[str, typer.Option("--row", help="the row, e.g. 'decode 32K'")],
+    row: Annotated[str, typer.Option("--row", help="the row: its id or its label as the "
+                                     "table shows it, e.g. 'decode 32K' or 'decode 32K TTFT'")],
     metric: Annotated[str, typer.Option("--metric", help="the metric")] = "decode_tok_s",
     max_steps: Annotated[int | None, typer.Option("--max-steps", min=1)] = None,
     until_ci: UntilCiOpt = None,

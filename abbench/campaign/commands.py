@@ -53,7 +53,7 @@ from abbench.report.calibrate import (
 from abbench.report.compare import Format, compare_table, parse_run_arm, render, run_table
 from abbench.report.plan import describe_plan
 from abbench.report.quality_text import diff_text
-from abbench.report.table import build_table
+from abbench.report.table import table_of
 from abbench.server.build import gc, list_builds, render_builds
 from abbench.server.gitarms import build_arms, describe_pins, pin
 from abbench.store.index import open_index
@@ -181,7 +181,7 @@ def calibrate_arm(arms_file: Path, *, arm: str, rounds: int | None, effect: str,
                       config_path=str(arms_file))
     outcome = calibrate(cfg, arm, opts, progress=make_progress(live))
     records, meta = outcome.run.records(), outcome.run.meta()
-    table = build_table(records, meta)
+    table = table_of(records, meta)
     floors = noise_floor(table, effect=size, settings=cfg.stats)
     text = render_calibration(floors, arm=arm, effect=size, settings=cfg.stats)
     sources = noise_sources(table, records, meta, effect=size, settings=cfg.stats)

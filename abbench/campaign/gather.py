@@ -35,10 +35,9 @@ from abbench.errors import ConfigError, StoreError
 from abbench.model.records import QualityCommand, QualitySample, Record, SlotRecord
 from abbench.model.rounds import read_state
 from abbench.model.shards import ShardPlan, shard_schedule
-from abbench.report.compare import table_of
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
-from abbench.report.table import Table
+from abbench.report.table import Table, table_of
 from abbench.store.run import RUN_FILE, SAMPLES_FILE, SCHEMA_VERSION, Run, atomic_write, record_line
 
 CAMPAIGN_FILE = "campaign.json"

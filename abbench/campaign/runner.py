@@ -60,10 +60,10 @@ from abbench.model.records import (
 )
 from abbench.model.rounds import complete_rounds, read_state
 from abbench.model.schedule import Slot
-from abbench.report.compare import table_of
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.sweep import write_sweep
+from abbench.report.table import table_of
 from abbench.server.interrupts import handle_signals
 from abbench.server.process import Server, start_server
 from abbench.slot import SlotContext, SlotTask

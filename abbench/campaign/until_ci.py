@@ -13,7 +13,7 @@ from abbench.config.schema import Config
 from abbench.config.stats import StatsConfig
 from abbench.model.records import Record
 from abbench.model.schedule import Slot, make_schedule
-from abbench.report.table import build_table
+from abbench.report.table import table_of
 from abbench.stats.paired import Comparison
 from abbench.stats.stopping import (
     block_size,
@@ -30,7 +30,7 @@ def watched_comparisons(records: list[Record], meta: dict[str, Any],
                         settings: StatsConfig) -> list[Comparison | None]:
     """The cells --until-ci watches, with the report's own verdicts: the rows the table
     shows, or every row of ``until_metrics`` when given."""
-    table = build_table(records, meta, settings=settings)
+    table = table_of(records, meta, settings=settings)
     rows = table.rows if settings.until_metrics is None else [
         r for r in table.rows + table.hidden if r.metric in settings.until_metrics]
     return [cell.comparison for row in rows if not row.spec.denominator

@@ -11,8 +11,7 @@ from abbench.model.records import Record, Sample
 from abbench.model.rounds import comparable_records
 from abbench.report.formats import render_csv, render_json
 from abbench.report.markdown import render_markdown
-from abbench.report.notes import fault_notes, load_notes
-from abbench.report.table import Table, build_table
+from abbench.report.table import Table, compute_table, table_of
 from abbench.store.run import Run, open_run
 
 Format = Literal["md", "json", "csv"]
@@ -22,18 +21,6 @@ RENDERERS = {"md": render_markdown, "json": render_json, "csv": render_csv}
 
 def render(table: Table, fmt: Format) -> str:
     return RENDERERS[fmt](table)
-
-
-def table_of(records: list[Record], meta: dict[str, Any], *,
-             baseline: str | None = None, rows: Literal["table", "all"] = "table") -> Table:
-    """The table of a run's records, as the run itself renders it: Pinpoint's rule
-    leaves a round with a failed (arm, round) pair out of the comparison whole, and
-    the notes say which pair failed and why."""
-    kept = comparable_records(records, meta)
-    table = build_table(kept, meta, baseline=baseline, rows=rows)
-    table.notes.extend(fault_notes(records, meta))
-    table.notes.extend(load_notes(kept))
-    return table
 
 
 def run_table(run: Run, *, baseline: str | None = None, problems: list[str] | None = None,
@@ -100,7 +87,7 @@ def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,
     meta = {"id": f"{run_a.id} vs {run_b.id}", "baseline": key_a,
             "arms": [{"name": key_a, "label": label(run_a, info_a)},
                      {"name": key_b, "label": label(run_b, info_b)}]}
-    table = build_table(records, meta)
+    table = compute_table(records, meta)  # each side made comparable by _side
     n_a = len({r.round for r in records if r.arm == key_a})
     n_b = len({r.round for r in records if r.arm == key_b})
     table.header = (f"abbench compare: run `{run_a.id}` arm {info_a['name']} (baseline) "

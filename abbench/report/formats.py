@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict
 
 from abbench.report import quality_text
-from abbench.report.table import Table
+from abbench.report.tablemodel import Table
 from abbench.stats.paired import as_json
 
 

@@ -4,7 +4,7 @@ notes, quality section and per-row statistics."""
 from __future__ import annotations
 
 from abbench.report import quality_text
-from abbench.report.table import Row, Table
+from abbench.report.tablemodel import Row, Table
 from abbench.report.text import fmt_values, md_escape
 from abbench.report.verdicts import (
     also_changed,

@@ -1,9 +1,12 @@
-"""From stored records to the table people paste into pull requests, as data.
+"""From stored records to the table people paste into pull requests.
 
-``build_table(records, meta)`` computes (no text but labels); :mod:`.markdown` and
-:mod:`.formats` render. A row is one (workload row, metric); a cell is one arm's
-per-round values (reps averaged within the round first) with its comparison
-against the baseline, paired by round.
+:func:`table_of` is the one door into a table: the report, ``compare``, ``--until-ci``,
+``calibrate``, ``gather`` and ``bisect`` all take a run's records through it, so all see
+the same comparable records (:func:`abbench.model.rounds.comparable_records`) and the
+same verdicts. :mod:`.markdown` and :mod:`.formats` render. A row is one whole row key
+(:class:`abbench.model.rows.RowKey`); a cell is one arm's per-round values (reps
+averaged within the round first) with its comparison against the baseline, paired by
+round.
 """
 
 from __future__ import annotations
@@ -11,81 +14,51 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from abbench.config.schema import format_context
 from abbench.config.stats import StatsConfig, TableConfig
 from abbench.errors import ConfigError
-from abbench.model.metrics import MetricSpec, catalogue, spec
+from abbench.model.metrics import catalogue, spec
 from abbench.model.records import Record, Sample, SlotRecord, WorkloadSample
-from abbench.model.rounds import round_values
-from abbench.model.rows import SERVER_ROW, RowKey
+from abbench.model.rounds import RoundValues, comparable_records, round_values
 from abbench.report import quality
 from abbench.report.hosts import flag_notes, hosts_line, mixed_note, per_host_lines
-from abbench.report.notes import collector_notes, run_notes, side_call_notes
+from abbench.report.notes import (
+    collector_notes,
+    fault_notes,
+    load_notes,
+    run_notes,
+    side_call_notes,
+)
+from abbench.report.rows import pick_rows
+from abbench.report.tablemodel import Cell, Row, Table
 from abbench.stats.blocks import compare_blocks, round_hosts
 from abbench.stats.paired import Comparison, adjust, compare
 
 
-@dataclass
-class Cell:
-    arm: str
-    rounds: list[int]
-    values: list[float]
-    comparison: Comparison | None = None
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.values)
-
-
-@dataclass
-class Row:
-    workload: str
-    metric: str
-    spec: MetricSpec
-    cells: dict[str, Cell]
-    #: what the row measures (from its samples; a whole-server-life row has no context)
-    key: RowKey = field(default_factory=lambda: RowKey(""))
-    #: P/T rows (spec.denominator): arm -> round -> total, and the arm compared against
-    totals: dict[str, dict[int, float]] | None = None
-    baseline: str | None = None
-
-    @property
-    def label(self) -> str:
-        unit = f" ({self.spec.unit})" if self.spec.unit else ""
-        if self.workload == SERVER_ROW:
-            return f"{self.spec.label}{unit}"
-        if self.metric == "decode_tok_s":
-            return f"{self.workload}{unit}"
-        return f"{self.workload} {self.spec.label}{unit}"
+def table_of(records: list[Record], meta: dict[str, Any], *,
+             baseline: str | None = None, metrics: list[str] | None = None,
+             rows: Literal["table", "all"] = "table",
+             settings: StatsConfig | None = None) -> Table:
+    """The table of a run's records, as the run itself renders it: Pinpoint's rule
+    leaves a round with a failed (arm, round) pair out of the comparison whole, and
+    the notes say which pair failed and why. ``metrics``, ``rows``, ``settings``: as
+    :func:`compute_table`."""
+    kept = comparable_records(records, meta)
+    table = compute_table(kept, meta, baseline=baseline, metrics=metrics, rows=rows,
+                          settings=settings)
+    table.notes.extend(fault_notes(records, meta))
+    table.notes.extend(load_notes(kept))
+    return table
 
 
-@dataclass
-class Table:
-    run_id: str
-    arms: list[str]
-    labels: dict[str, str]
-    baseline: str
-    #: the rows the PR table shows, in order (``table:`` in the arms file)
-    rows: list[Row]
-    header: str
-    #: every other row: in the details and report.json, and named under the table
-    #: when one of its cells changed
-    hidden: list[Row] = field(default_factory=list)
-    footer: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    failed_slots: list[SlotRecord] = field(default_factory=list)
-    invalid: dict[str, int] = field(default_factory=dict)
-    quality: quality.QualitySummary | None = None
-
-
-def build_table(records: list[Record], meta: dict[str, Any], *,
-                baseline: str | None = None, metrics: list[str] | None = None,
-                rows: Literal["table", "all"] = "table",
-                settings: StatsConfig | None = None) -> Table:
-    """Every recorded (row, metric) compared, then split into the rows the table shows
+def compute_table(records: list[Record], meta: dict[str, Any], *,
+                  baseline: str | None = None, metrics: list[str] | None = None,
+                  rows: Literal["table", "all"] = "table",
+                  settings: StatsConfig | None = None) -> Table:
+    """The table of records already made comparable (:func:`table_of` does that for one
+    run; :func:`abbench.report.compare.compare_table` for each of two). Every recorded
+    (row, metric) compared, then split into the rows the table shows
     and the hidden rest. ``metrics``: show exactly these metrics' rows; ``rows="all"``:
     show every row; else the run's ``table:`` setting. ``settings``: how verdicts are
     decided; default the run's stored ``stats``, at the report's alpha of an --until-ci
@@ -104,13 +77,11 @@ def build_table(records: list[Record], meta: dict[str, Any], *,
     arms = [base] + [a for a in arms if a != base]
     known = catalogue(records)  # labels of collectors' metrics of the user's own
     values = round_values(records)
-    keys = row_keys(records)
     every: list[Row] = []
-    for (workload, metric), by_arm in values.items():
+    for key, by_arm in values.items():
         cells = {arm: Cell(arm, sorted(by_arm[arm]), [by_arm[arm][r] for r in sorted(by_arm[arm])])
                  for arm in arms if arm in by_arm}
-        every.append(Row(workload, metric, spec(metric, known), cells,
-                         keys.get(workload, RowKey(workload))))
+        every.append(Row(key, spec(key.metric, known), cells))
     hosts = round_hosts(records)  # a gathered campaign's rounds, by host
     compare_rows(every, base, settings=settings, hosts=hosts)
     score_rows(every, values, base)
@@ -183,88 +154,6 @@ def variant_notes(table: Table, meta: dict[str, Any]) -> list[str]:
                 + (f"; still changed: {', '.join(still)}" if still else "")
                 + (f"; greedy fingerprints: {'; '.join(same)}" if same else "") + ".")
         out.append(text)
-    return out
-
-
-MISSES = "misses_per_token"  # the preferred misses/token source; others are its variants
-
-
-def _memory_metric(rows: list[Row]) -> str:
-    """peak VRAM where any was measured, else the process tree's peak RSS."""
-    return "peak_vram_mib" if any(r.metric == "peak_vram_mib" for r in rows) else "peak_rss_mib"
-
-
-def _same_as(row: Row, other: Row | None) -> bool:
-    return other is not None and all(
-        c.rounds == o.rounds and c.values == o.values
-        for a, c in row.cells.items() for o in [other.cells.get(a)] if o is not None) \
-        and row.cells.keys() == other.cells.keys()
-
-
-def row_keys(records: list[Record]) -> dict[str, RowKey]:
-    """Row id -> what it measures, from the workload's own samples."""
-    out: dict[str, RowKey] = {}
-    for r in records:
-        if isinstance(r, WorkloadSample) and r.workload not in out:
-            out[r.workload] = r.row_key()
-    return out
-
-
-def _title(row: Row) -> str:
-    """The workload a row belongs to, without its context: ``decode + side calls``."""
-    if row.key.context is None:
-        return row.workload
-    return row.workload.replace(f" {format_context(row.key.context)}", "", 1)
-
-
-def pick_rows(rows: list[Row], cfg: TableConfig) -> list[Row]:
-    """The PR table's rows: each family (or metric name) of ``cfg.metrics`` in turn.
-
-    Peak memory shows once per server life, and per workload only where that
-    workload's peak differs from the life's; misses/token shows one source
-    (``misses_per_token`` first, then the others by name) at each workload's longest
-    context, where the cache is under most pressure (the other contexts stay in the
-    details and, when changed, under the table)."""
-    memory = _memory_metric(rows)
-    server = {r.metric: r for r in rows if r.workload == SERVER_ROW}
-    source: dict[str, str] = {}  # row id -> its one misses/token source
-    longest: dict[str, Row] = {}  # workload title -> its longest-context misses row
-    for r in rows:
-        if r.metric.startswith(MISSES):
-            have = source.get(r.workload)
-            if have is None or (r.metric == MISSES or (have != MISSES and r.metric < have)):
-                source[r.workload] = r.metric
-    for r in rows:
-        if source.get(r.workload) == r.metric:
-            title = _title(r)
-            if title not in longest or (r.key.context or 0) > (longest[title].key.context or 0):
-                longest[title] = r
-    misses = {id(r) for r in longest.values()}
-    named = {"decode_tok_s", "ttft_ms", "prefill_tok_s", "side_call_ms"}
-
-    def family(name: str, r: Row) -> bool:
-        if name in named:
-            return r.metric == name
-        if name == "vram":
-            return r.metric == memory and (r.workload == SERVER_ROW
-                                           or not _same_as(r, server.get(memory)))
-        if name == "misses":
-            return id(r) in misses
-        if name == "quality":
-            return r.spec.denominator is not None
-        if name == "other":
-            return r.spec.table and r.metric not in named and r.spec.denominator is None \
-                and not r.metric.startswith(MISSES) and r.metric not in (
-                    "peak_vram_mib", "peak_rss_mib", "device_vram_mib")
-        return r.metric == name
-
-    out: list[Row] = []
-    taken: set[int] = set()
-    for name in cfg.metrics:
-        for r in rows:
-            if id(r) not in taken and family(name, r):
-                out.append(r)
-                taken.add(id(r))
     return out
 
 
@@ -347,12 +236,11 @@ def _footer(records: list[Record], meta: dict[str, Any]) -> list[str]:
     return out
 
 
-def score_rows(rows: list[Row], values: dict[tuple[str, str], dict[str, dict[int, float]]],
-               baseline: str) -> None:
+def score_rows(rows: list[Row], values: RoundValues, baseline: str) -> None:
     """Give P/T rows their totals (per arm and round) and the baseline they compare to."""
     for row in rows:
         if row.spec.denominator:
-            row.totals = values.get((row.workload, row.spec.denominator), {})
+            row.totals = values.get(row.key.of(row.spec.denominator), {})
             row.baseline = baseline
 
 
@@ -387,3 +275,7 @@ def compare_rows(rows: list[Row], baseline: str, *, settings: StatsConfig | None
                 comps.append(c)
     for cell, c in zip(cells, adjust(comps), strict=True):
         cell.comparison = c
+
+
+__all__ = ["Cell", "Row", "Table", "compare_rows", "compute_table", "pick_rows", "table_of",
+           "timing_agreement"]
