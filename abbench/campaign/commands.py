@@ -51,6 +51,7 @@ from abbench.report.calibrate import (
     render_noise_sources,
 )
 from abbench.report.compare import Format, compare_table, parse_run_arm, render, run_table
+from abbench.report.markdown import note_text
 from abbench.report.plan import describe_plan
 from abbench.report.quality_text import diff_text
 from abbench.report.table import table_of
@@ -226,7 +227,8 @@ def compare(run_a: str, run_b: str, results: Path, *, fmt: Format) -> Output:
     table = compare_table(parse_run_arm(run_a, results), parse_run_arm(run_b, results),
                           problems=problems)
     out = Output(render(table, fmt))
-    out.warn(problems + (table.notes if fmt != "md" else []))  # markdown carries notes
+    notes = [note_text(n) for n in table.notes] if fmt != "md" else []  # md carries them
+    out.warn(problems + notes)
     return out
 
 

@@ -63,7 +63,7 @@ from abbench.model.schedule import Slot
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.sweep import write_sweep
-from abbench.report.table import table_of
+from abbench.report.table import Note, table_of
 from abbench.server.interrupts import handle_signals
 from abbench.server.process import Server, start_server
 from abbench.slot import SlotContext, SlotTask
@@ -281,8 +281,7 @@ class Campaign:
         records = self.run.records()
         table = table_of(records, meta)
         if write_sweep(records, meta, self.run.path / "sweep.png"):
-            table.notes.append("Sweep plot (throughput against TTFT p99 and ITL p50 per "
-                               "level, paired intervals): [sweep.png](sweep.png)")
+            table.notes.append(Note("sweep_plot", {"path": "sweep.png"}))
         md = render_markdown(table)
         self.run.write_text("report.md", md)
         self.run.write_text("report.json", render_json(table))

@@ -11,7 +11,7 @@ from abbench.model.records import Record, Sample
 from abbench.model.rounds import comparable_records
 from abbench.report.formats import render_csv, render_json
 from abbench.report.markdown import render_markdown
-from abbench.report.table import Table, compute_table, table_of
+from abbench.report.table import Note, Table, compute_table, table_of
 from abbench.store.run import Run, open_run
 
 Format = Literal["md", "json", "csv"]
@@ -90,17 +90,14 @@ def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,
     table = compute_table(records, meta)  # each side made comparable by _side
     n_a = len({r.round for r in records if r.arm == key_a})
     n_b = len({r.round for r in records if r.arm == key_b})
-    table.header = (f"abbench compare: run `{run_a.id}` arm {info_a['name']} (baseline) "
-                    f"against run `{run_b.id}` arm {info_b['name']}; rounds paired by index "
-                    f"({min(n_a, n_b)} pairs of {n_a} and {n_b} rounds)")
+    table.header = [Note("compare", {"run_a": run_a.id, "arm_a": info_a["name"],
+                                     "run_b": run_b.id, "arm_b": info_b["name"],
+                                     "rounds_a": n_a, "rounds_b": n_b})]
     if not same_run:
-        table.notes.append("Warning: these arms ran in different runs, not interleaved: "
-                           "drift between the runs (machine load, clocks, temperature, "
-                           "software) counts as a difference. Trust an interleaved run "
-                           "of both arms over this table.")
+        table.notes.append(Note("compare_not_interleaved"))
         env_a, env_b = meta_a.get("environment") or {}, meta_b.get("environment") or {}
         for k in ("host", "gpu_summary", "cpu", "driver"):
             if env_a.get(k) != env_b.get(k):
-                table.notes.append(f"The runs differ in {k}: {env_a.get(k)!r} against "
-                                   f"{env_b.get(k)!r}.")
+                table.notes.append(Note("compare_environment_differs",
+                                        {"field": k, "a": env_a.get(k), "b": env_b.get(k)}))
     return table

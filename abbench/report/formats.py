@@ -43,7 +43,9 @@ def render_json(table: Table) -> str:
         "invalid": table.invalid,
         "failed": [{"arm": f.arm, "round": f.round, "reason": f.reason}
                    for f in table.failed_slots],
-        "footer": table.footer,
+        "header": [asdict(n) for n in table.header],
+        "footer": [asdict(n) for n in table.footer],
+        "notes": [asdict(n) for n in table.notes],
         "quality": quality_text.to_json(table.quality),
     }
     return json.dumps(out, indent=2, default=str) + "\n"

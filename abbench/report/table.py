@@ -22,7 +22,7 @@ from abbench.model.metrics import catalogue, spec
 from abbench.model.records import Record, Sample, SlotRecord, WorkloadSample
 from abbench.model.rounds import RoundValues, comparable_records, round_values
 from abbench.report import quality
-from abbench.report.hosts import flag_notes, hosts_line, mixed_note, per_host_lines
+from abbench.report.hosts import flag_notes, hosts_note, mixed_note, per_host_note
 from abbench.report.notes import (
     collector_notes,
     fault_notes,
@@ -31,7 +31,7 @@ from abbench.report.notes import (
     side_call_notes,
 )
 from abbench.report.rows import pick_rows
-from abbench.report.tablemodel import Cell, Row, Table
+from abbench.report.tablemodel import Cell, Note, Row, Table
 from abbench.stats.blocks import compare_blocks, round_hosts
 from abbench.stats.paired import Comparison, adjust, compare
 
@@ -99,25 +99,24 @@ def compute_table(records: list[Record], meta: dict[str, Any], *,
             invalid[rec.arm] += 1
     failed = [r for r in records if isinstance(r, SlotRecord) and r.failed]
     table = Table(run_id=meta["id"], arms=arms, labels=labels, baseline=base, rows=shown,
-                  hidden=[r for r in every if id(r) not in picked],
-                  header="\n".join(x for x in (_header(meta), _builds(meta)) if x),
+                  hidden=[r for r in every if id(r) not in picked], header=header_notes(meta),
                   failed_slots=failed, invalid=dict(invalid))
-    table.footer = _footer(records, meta)
+    table.footer = footer_notes(records, meta)
     table.notes += collector_notes(records)  # unavailable metrics, drift signals
     table.notes += run_notes(meta)  # how --until-ci chose the rounds
     table.notes += side_call_notes(records, meta)
     table.quality = quality.summarize(records, arms, base, alpha=settings.alpha)
     if hosts:
-        line = hosts_line(meta)
-        table.header += f"\n\n{line}" if line else ""
+        line = hosts_note(meta)
+        table.header += [line] if line else []
         refs = [(r.label, labels.get(a, a), c.comparison) for r in shown
                 for a, c in r.cells.items() if a != base]
-        table.notes += mixed_note(meta) + flag_notes(refs) + per_host_lines(refs)
+        table.notes += mixed_note(meta) + flag_notes(refs) + per_host_note(refs)
     table.notes += variant_notes(table, meta)
     return table
 
 
-def variant_notes(table: Table, meta: dict[str, Any]) -> list[str]:
+def variant_notes(table: Table, meta: dict[str, Any]) -> list[Note]:
     """Per leave-one-out arm (a git arm whose patch set reverts commits from another
     arm's), which of the candidate's changed rows move back to the baseline without
     that commit, and whether its greedy fingerprints equal the baseline's."""
@@ -140,50 +139,37 @@ def variant_notes(table: Table, meta: dict[str, Any]) -> list[str]:
                     or c.comparison.verdict != "changed":
                 continue
             (back if v.comparison.verdict == "within_noise" else still).append(row.label)
-        same = []
-        for s in table.quality.sets if table.quality else []:
-            for comp in s.comparisons:
-                if comp.arm == name:
-                    same.append(f"{s.name} {'equal to' if not comp.diffs else 'unlike'} the "
-                                f"baseline's ({len(comp.diffs)} of {comp.compared} differ)")
-        label = table.labels.get(name, name)
-        commits = ", ".join(str(x)[:8] for x in reverted)
-        text = (f"Without {commits} ({label}): "
-                + (f"back at the baseline: {', '.join(back)}" if back
-                   else "no changed row of the candidate moves back to the baseline")
-                + (f"; still changed: {', '.join(still)}" if still else "")
-                + (f"; greedy fingerprints: {'; '.join(same)}" if same else "") + ".")
-        out.append(text)
+        same = [{"set": s.name, "differ": len(comp.diffs), "compared": comp.compared}
+                for s in (table.quality.sets if table.quality else [])
+                for comp in s.comparisons if comp.arm == name]
+        out.append(Note("leave_one_out", {
+            "label": table.labels.get(name, name), "candidate": cand,
+            "reverted": [str(x) for x in reverted], "back": back, "still": still,
+            "fingerprints": same}, arm=name))
     return out
 
 
-def _header(meta: dict[str, Any]) -> str:
+def header_notes(meta: dict[str, Any]) -> list[Note]:
+    """What ran and where; the commit and patch set each git arm was built from."""
     env = meta.get("environment") or {}
-    machine = env.get("gpu_summary") or env.get("cpu") or "unknown machine"
-    order = meta.get("order", "?")
-    seed = meta.get("seed")
-    seed_s = f", seed {seed}" if seed is not None and order == "interleaved" else ""
-    rounds = meta.get("rounds_done", meta.get("rounds"))
-    reps = meta.get("reps", 1)
-    return (f"abbench run `{meta['id']}`: {rounds} rounds x {reps} rep(s), order {order}"
-            f"{seed_s}, on {machine} ({env.get('host', '?')})")
-
-
-def _builds(meta: dict[str, Any]) -> str:
-    """``Builds: prod = llama.cpp c4436572 (base); pr = llama.cpp b6ed0fc9 (slow),
-    reverting ea7f3bf3``: the commit and patch set each git arm was built from."""
-    parts = []
+    out = [Note("run", {"run_id": meta["id"], "rounds": meta.get("rounds_done",
+                                                                  meta.get("rounds")),
+                        "reps": meta.get("reps", 1), "order": meta.get("order", "?"),
+                        "seed": meta.get("seed"),
+                        "machine": env.get("gpu_summary") or env.get("cpu"),
+                        "host": env.get("host")})]
+    builds = []
     for a in meta.get("arms") or []:
         g = a.get("git") if isinstance(a, dict) else None
         if not isinstance(g, dict) or not g.get("sha"):
             continue
-        text = f"{a['name']} = {g.get('source', '?')} {str(g['sha'])[:8]}"
-        if g.get("ref") and not str(g["sha"]).startswith(str(g["ref"])):
-            text += f" ({g['ref']})"
-        patch = [f"{'reverting' if op == 'revert' else 'with'} {str(sha)[:8]}"
-                 for op, sha in (g.get("patch") or []) if isinstance(sha, str)]
-        parts.append(text + (", " + ", ".join(patch) if patch else ""))
-    return "Builds: " + "; ".join(parts) + "." if parts else ""
+        builds.append({"arm": a["name"], "source": g.get("source"), "sha": str(g["sha"]),
+                       "ref": g.get("ref"),
+                       "patch": [[op, sha] for op, sha in (g.get("patch") or [])
+                                 if isinstance(sha, str)]})
+    if builds:
+        out.append(Note("builds", {"arms": builds}))
+    return out
 
 
 def timing_agreement(records: list[Record]) -> tuple[float, int] | None:
@@ -215,24 +201,18 @@ def timing_sources(records: list[Record]) -> list[str]:
     return out
 
 
-def _footer(records: list[Record], meta: dict[str, Any]) -> list[str]:
-    out = []
+def footer_notes(records: list[Record], meta: dict[str, Any]) -> list[Note]:
+    """How well the client's timing agreed with the server's, and the harness's own
+    share of the wall time."""
     agree = timing_agreement(records)
-    if agree is not None:
-        out.append(f"Client/server timing agreement: median |client/server - 1| = "
-                   f"{agree[0] * 100:.3f}% over {agree[1]} samples (server = "
-                   f"{', '.join(timing_sources(records))}).")
-    else:
-        out.append("Client/server timing agreement: the server sent no timings to check "
-                   "against.")
+    out = [Note("timing_agreement", {"median": agree[0], "samples": agree[1],
+                                     "sources": timing_sources(records)} if agree else
+                {"median": None, "samples": 0, "sources": []})]
     wall = meta.get("timing") or {}
     if wall.get("wall_s"):
-        share = wall.get("overhead_s", 0.0) / wall["wall_s"]
-        lag = wall.get("ready_lag_ms_max")
-        lag_s = f"; readiness noticed within {lag:.0f} ms of the server answering" \
-            if lag is not None else ""
-        out.append(f"Harness overhead: {share * 100:.2f}% of {wall['wall_s']:.1f} s wall time "
-                   f"outside server start-up, requests and quality checks{lag_s}.")
+        out.append(Note("harness_overhead", {"share": wall.get("overhead_s", 0.0)
+                                             / wall["wall_s"], "wall_s": wall["wall_s"],
+                                             "ready_lag_ms": wall.get("ready_lag_ms_max")}))
     return out
 
 
@@ -277,5 +257,5 @@ def compare_rows(rows: list[Row], baseline: str, *, settings: StatsConfig | None
         cell.comparison = c
 
 
-__all__ = ["Cell", "Row", "Table", "compare_rows", "compute_table", "pick_rows", "table_of",
+__all__ = ["Cell", "Note", "Row", "Table", "compare_rows", "compute_table", "pick_rows", "table_of",
            "timing_agreement"]

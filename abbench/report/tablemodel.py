@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 from abbench.model.metrics import MetricSpec
 from abbench.model.records import SlotRecord
@@ -59,6 +60,19 @@ class Row:
         return row_label(self.key, self.spec)
 
 
+@dataclass(frozen=True)
+class Note:
+    """One thing the report says beside the table, as data: what it is (``kind``), the
+    arm, row id and round it is about, and its figures (numbers, names, reasons). Only
+    :mod:`abbench.report.markdown` puts it in words; report.json carries it whole."""
+
+    kind: str
+    figures: dict[str, Any] = field(default_factory=dict)
+    arm: str | None = None
+    row: str | None = None
+    round: int | None = None
+
+
 @dataclass
 class Table:
     run_id: str
@@ -67,12 +81,15 @@ class Table:
     baseline: str
     #: the rows the PR table shows, in order (``table:`` in the arms file)
     rows: list[Row]
-    header: str
+    #: what ran, where, built from what (a run's or a comparison's; hosts of a campaign)
+    header: list[Note]
     #: every other row: in the details and report.json, and named under the table
     #: when one of its cells changed
     hidden: list[Row] = field(default_factory=list)
-    footer: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    #: lines under the legend: timing agreement, harness overhead
+    footer: list[Note] = field(default_factory=list)
+    #: lines at the end: rounds left out, unavailable metrics, drift, hosts, ...
+    notes: list[Note] = field(default_factory=list)
     failed_slots: list[SlotRecord] = field(default_factory=list)
     invalid: dict[str, int] = field(default_factory=dict)
     quality: quality.QualitySummary | None = None

@@ -11,7 +11,7 @@ import pytest
 from abbench.model.metrics import spec
 from abbench.model.records import parse_records
 from abbench.report.formats import render_json
-from abbench.report.markdown import render_markdown
+from abbench.report.markdown import header_text, note_text, render_markdown
 from abbench.report.table import table_of
 from abbench.report.text import fmt_values, md_escape
 from tests.recordkit import lives
@@ -89,11 +89,11 @@ def test_header_names_each_git_arms_commit_and_patch_set():
             "source": "llama.cpp", "ref": "slow", "sha": "b6ed0fc9" + "1" * 32,
             "patch": [["revert", "ea7f3bf3" + "2" * 32]]}}]}
     recs = records({"prod": [[10.0], [10.0]], "pr": [[11.0], [11.0]]})
-    header = table_of(parse_records(lives(recs)), meta).header
+    header = header_text(table_of(parse_records(lives(recs)), meta))
     assert header.splitlines()[1] == ("Builds: prod = llama.cpp c4436572 (base); pr = llama.cpp "
                                       "b6ed0fc9 (slow), reverting ea7f3bf3.")
     # no git arms: one line
-    assert len(table_of(parse_records(lives(recs)), META).header.splitlines()) == 1
+    assert len(header_text(table_of(parse_records(lives(recs)), META)).splitlines()) == 1
 
 
 def test_a_leave_one_out_arm_says_which_rows_move_back():
@@ -105,5 +105,5 @@ def test_a_leave_one_out_arm_says_which_rows_move_back():
          "git": {"source": "s", "sha": sha, "patch": [["revert", "ea7f3bf3" + "2" * 32]]}}]}
     recs = records({"prod": [[10.0], [10.0], [10.0]], "pr": [[12.0], [12.1], [12.05]],
                     "pr-no-x": [[10.0], [10.01], [10.0]]})
-    notes = table_of(parse_records(lives(recs)), meta).notes
+    notes = [note_text(n) for n in table_of(parse_records(lives(recs)), meta).notes]
     assert "Without ea7f3bf3 (pr without x): back at the baseline: decode 32K (tok/s)." in notes
