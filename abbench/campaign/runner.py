@@ -231,10 +231,9 @@ class Campaign:
                 self.progress.finish()
             except Interrupted as e:
                 self.progress.finish()
-                m = run.meta()
-                decided = self.cfg.stats.until_ci is None or (m.get("until_ci") or {}).get(
-                    "stopped")
-                if decided and not read_state(run.records(), m).unfinished():
+                seq = run.info().until_ci
+                decided = self.cfg.stats.until_ci is None or (seq is not None and seq.stopped)
+                if decided and not read_state(run.records(), run.meta()).unfinished():
                     # every server life had ended and --until-ci (if on) had stopped
                     self.progress.log("interrupted after the last server stopped: the run "
                                       "is complete")
@@ -359,23 +358,18 @@ class Campaign:
                           order_seed(self.run.meta()), self.record, self.run.records,
                           self.stop_event)
         try:
-            meta = self.run.meta()
-            servers = meta.get("servers", {})
-            if arm.name not in servers:  # what the server says about itself, once per arm
+            info = self.run.info()
+            if arm.name not in info.servers:  # what the server says about itself, once
                 with self.timing.count("requests_s"):
                     props = server_props(client, arm)
                 if props is not None:
-                    self.run.update_meta(servers={**servers, arm.name: props})
-            templates = meta.get("request_templates", {})
-            if arm.name not in templates:  # what each request of this arm sends
-                self.run.update_meta(request_templates={**templates, arm.name: {
-                    "decode": client.request_body(
-                        "<prompt token ids>", self.cfg.workloads[0].decode_tokens),
-                    "warmup": client.request_body("<prompt token ids>", 8)}})
+                    self.run.set_server(arm.name, props)
+            if arm.name not in info.request_templates:  # what each request sends
+                self.run.set_request_templates(arm.name, request_templates(self.cfg, client))
             for task in self.tasks:
                 if task.cold:
                     self._task(task, ctx)
-            seed = (meta.get("seed") or 0) * 100003 + slot.index
+            seed = (info.seed or 0) * 100003 + slot.index
             for w_index, workload in enumerate(self.cfg.workloads):
                 prompts = PromptMaker(client, seed=seed * 31 + w_index,
                                       source_text=prompt_text(self.cfg, w_index))
@@ -499,6 +493,15 @@ def arm_meta(a: ResolvedArm) -> dict[str, Any]:
                       "patch": [list(p) for p in a.git.patch or []],
                       "describe": a.git.describe()}
     return out
+
+
+def request_templates(cfg: Config, client: Client) -> dict[str, Any]:
+    """What each request of an arm sends: one body per workload (by its title, with
+    its own decode length or load output length), and the warm-up's."""
+    bodies = {w.title: client.request_body(
+        "<prompt token ids>", w.load.output_tokens if w.load is not None else w.decode_tokens)
+        for w in cfg.workloads}
+    return {"workloads": bodies, "warmup": client.request_body("<prompt token ids>", 8)}
 
 
 def order_seed(meta: dict[str, Any]) -> int:

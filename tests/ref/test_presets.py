@@ -374,7 +374,7 @@ def test_misses_per_token_from_counters_and_usage_agree(
     assert {k: sum(v) / len(v) for k, v in usage.items()} == prom
     (c,) = _of(recs, type="counters", arm="a")
     assert c["missing"] == []
-    tpl = out.run.meta()["request_templates"]["a"]["decode"]
+    tpl = out.run.meta()["request_templates"]["a"]["workloads"]["decode"]
     for k, v in {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
                  "top_k": -1, "min_p": 0.0, "seed": 0, "temperature": 0, "top_p": 1,
                  "min_tokens": 16, "ignore_eos": True}.items():
