@@ -41,6 +41,7 @@ from abbench.config.schema import (
 from abbench.errors import (
     AbbenchError,
     ConfigError,
+    InternalError,
     Interrupted,
     RequestError,
     ServerError,
@@ -140,8 +141,11 @@ class Campaign:
         self.arms = {a.name: a for a in cfg.resolved_arms()}
         for arm in self.arms.values():
             if arm.git is not None and arm.built is None:
-                raise ConfigError(f"arm {arm.name} is a git arm that was not built",
-                                  hint="abbench run builds it first; this is a bug")
+                raise InternalError(f"arm {arm.name} is a git arm that was not built "
+                                    "(abbench run builds git arms before it runs them)")
+        # each workload's prompt file, read once per run: an edit while it runs changes
+        # nothing measured (run.json keeps each text's digest; a resume checks it)
+        self.prompts = [prompt_text(cfg, i) for i in range(len(cfg.workloads))]
         self.stop_event = threading.Event()
         self.timing = Timing()
         self.run: Run | None = None
@@ -167,6 +171,7 @@ class Campaign:
             "schedule": [[s.round, s.position, s.arm] for s in schedule],
             "environment": environment(),
             "servers": {},
+            "prompts": self.prompt_digests(),
             "warnings": self.warnings,
             "pid": os.getpid(),
             **self.opts.meta,
@@ -174,6 +179,14 @@ class Campaign:
         run = Run.create(self.opts.results, meta, config_for_storage(self.cfg))
         self.copy_build_logs(run)
         return run
+
+    def prompt_digests(self) -> dict[str, dict[str, Any]]:
+        """Workload title -> the sha256 and length of the prompt text it read (file
+        prompts only)."""
+        return {w.title: {"sha256": hashlib.sha256(text.encode()).hexdigest(),
+                          "chars": len(text)}
+                for w, text in zip(self.cfg.workloads, self.prompts, strict=True)
+                if text is not None}
 
     def copy_build_logs(self, run: Run) -> None:
         """Each git arm's build log, as ``logs/build-<arm>.log`` in the run folder."""
@@ -372,7 +385,7 @@ class Campaign:
             seed = (info.seed or 0) * 100003 + slot.index
             for w_index, workload in enumerate(self.cfg.workloads):
                 prompts = PromptMaker(client, seed=seed * 31 + w_index,
-                                      source_text=prompt_text(self.cfg, w_index))
+                                      source_text=self.prompts[w_index])
                 if w_index == 0:
                     self._warmup(slot, arm, server, client, prompts)
                 if workload.load is not None:
