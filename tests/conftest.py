@@ -1,6 +1,7 @@
 """Shared fixtures: the reference server, the real llama-server, arms files.
 
-Tests live in folders by layer: ``unit/`` (pure functions, no process), ``ref/``
+Tests live in folders by layer: ``unit/`` (no server of the project: pure functions, and
+some git builds, mounts and subprocesses of small tools), ``ref/``
 (CLI runs against the reference server ``refserver.py``), ``real/`` (end to end
 against the real llama-server; marked ``real`` here, by folder), and ``golden/``
 (the files that pin every renderer).

@@ -80,15 +80,12 @@ def test_stop_terms_the_main_process_first_then_the_group_within_the_grace(
     log = tmp_path / "stop.log"
     s = _server(tmp_path, "--stop-log", str(log), "--child")
     time.sleep(0.5)  # the child installed its handler
-    t0 = time.monotonic()
     code = s.stop()
-    took = time.monotonic() - t0
     ev = _events(log)
     assert code == 0 and set(ev) == {"main TERM", "main exit", "child TERM"}, ev
     # the child saw no TERM while the main was shutting down: the group's came after
     assert ev["main TERM"] < ev["main exit"] <= ev["child TERM"]
     assert ev["main exit"] - ev["main TERM"] >= 0.45
-    assert took < 5.0  # within stop_grace: no SIGKILL
     text = (tmp_path / "a.log").read_text()
     assert "refserver: stopping\n# abbench: stopped: exit code 0\n" in text
     assert "SIGKILL" not in text
@@ -101,7 +98,7 @@ def test_stop_kills_what_ignores_term_once_the_grace_is_over(tmp_path: Path) -> 
     t0 = time.monotonic()
     code = s.stop()
     took = time.monotonic() - t0
-    assert code == -9 and 1.0 <= took < 4.0, (code, took)
+    assert code == -9 and took >= 1.0, (code, took)  # killed, after the grace
     assert "main TERM" in _events(log)  # it was asked first
     assert "# abbench: stopped: exit code -9; SIGKILL after stop_grace 1 s\n" in \
         (tmp_path / "a.log").read_text()
