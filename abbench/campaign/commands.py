@@ -43,6 +43,7 @@ from abbench.history.series import (
     plot_history,
     write_html,
 )
+from abbench.report.builds import render_builds
 from abbench.report.calibrate import (
     band_yaml,
     noise_floor,
@@ -55,7 +56,7 @@ from abbench.report.markdown import note_text
 from abbench.report.plan import describe_plan
 from abbench.report.quality_text import diff_text
 from abbench.report.table import table_of
-from abbench.server.build import gc, list_builds, render_builds
+from abbench.server.buildcache import gc, list_builds
 from abbench.server.gitarms import build_arms, describe_pins, pin
 from abbench.store.index import open_index
 from abbench.store.run import Run, open_run

@@ -279,7 +279,7 @@ BuildStep = str | list[str]
 
 class SourceConfig(_Frozen):
     """``sources: NAME: {repo, build, artifacts}``: a repository and how to build it
-    (:class:`abbench.server.build.Source`)."""
+    (:class:`abbench.server.git.Source`)."""
 
     repo: str = Field(description="a local path (relative to the arms file) or a URL")
     build: str | list[BuildStep] = Field(

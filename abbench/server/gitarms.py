@@ -20,15 +20,8 @@ from typing import Any
 
 from abbench.config.schema import ArmConfig, Config, GitSpec
 from abbench.errors import ConfigError
-from abbench.server.build import (
-    BuildError,
-    BuiltArm,
-    FetchError,
-    GitRef,
-    Mirror,
-    Source,
-    ensure_built,
-)
+from abbench.server.build import BuiltArm, ensure_built
+from abbench.server.git import BuildError, FetchError, GitRef, Mirror, Source
 
 Log = Callable[[str], None]
 
