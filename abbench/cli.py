@@ -304,7 +304,7 @@ def build(
 
     Example: abbench build arms/git-refs.yaml
     """
-    return commands.build(arms_file, jobs=jobs)
+    return commands.build(arms_file, jobs=jobs, live=lambda line: typer.echo(line, err=True))
 
 
 @app.command()

@@ -7,6 +7,7 @@ the CLI's one error boundary turns into ``Error: ...`` and its exit code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -270,15 +271,16 @@ def diff(run_ref: str, results: Path, *, set_name: str, arms: list[str], prompt:
                             width=width))
 
 
-def build(arms_file: Path, *, jobs: int | None) -> Output:
-    """``abbench build``: build (or find in the cache) every git arm of an arms file."""
+def build(arms_file: Path, *, jobs: int | None, live: Callable[[str], None]) -> Output:
+    """``abbench build``: build (or find in the cache) every git arm of an arms file;
+    ``live`` gets what it does and each build's log lines as they are written (a build
+    of llama.cpp takes minutes)."""
     out = Output()
     cfg = pin(load_config(arms_file))
-    _, built = build_arms(cfg, jobs=jobs, log=out.stderr.append)
+    _, built = build_arms(cfg, jobs=jobs, log=live, echo=lambda line: live(f"  | {line}"))
     rows = [f"{name}: {b.source} {b.ref[:12]} -> {'cache hit' if b.cached else 'built'} in "
             f"{b.seconds:.1f} s, {b.dir}" for name, b in built.items()]
     out.stdout = "\n".join(rows) + "\n" if rows else "no git arms: nothing to build\n"
-    out.stderr = []
     return out
 
 

@@ -77,12 +77,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from abbench.errors import ConfigError
+from abbench.server.follow import follow
 from abbench.server.git import (
     BuildError,
     GitRef,
@@ -254,11 +255,13 @@ class BuiltArm:
 
 def ensure_built(gitref: GitRef, source: Source, *, cache: Path | str | None = None,
                  jobs: int | None = None, fetch: bool = True,
-                 timeout: float | None = None) -> BuiltArm:
+                 timeout: float | None = None,
+                 echo: Callable[[str], None] | None = None) -> BuiltArm:
     """The build of ``gitref`` with ``source``'s recipe: from the cache when its key was
     built before, else built now (one builder per key across processes and threads;
     others wait for it and get the cached result). ``jobs`` fills ``{jobs}`` (default
-    ``$ABBENCH_JOBS`` or the number of CPUs); ``timeout`` bounds each step, in seconds."""
+    ``$ABBENCH_JOBS`` or the number of CPUs); ``timeout`` bounds each step, in seconds;
+    ``echo`` gets each line of the build log as it is written."""
     t0 = time.monotonic()
     plan = plan_build(gitref, source, cache, fetch=fetch)
     where = f"source {source.name!r}, ref {gitref.describe()!r}"
@@ -268,7 +271,8 @@ def ensure_built(gitref: GitRef, source: Source, *, cache: Path | str | None = N
         cached = bool(marker and marker.get("key") == plan.key
                       and _artifacts_present(plan.dir, source))
         if not cached:
-            marker = _build(plan, where, jobs=jobs, timeout=timeout)
+            with follow(plan.log, echo):
+                marker = _build(plan, where, jobs=jobs, timeout=timeout)
         elif not (plan.dir / "src").is_dir():  # an entry older than kept source trees
             assert marker is not None
             _restore_src(plan, marker, where)
