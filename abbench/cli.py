@@ -294,6 +294,20 @@ def diff(
 
 @app.command()
 @command
+def cancel(
+    campaign: Annotated[str, typer.Argument(metavar="CAMPAIGN", help="campaign folder, id "
+                                            "or unique prefix")],
+    results: ReadResultsOpt = Path("results"),
+) -> Output:
+    """Stop every Slurm job of a campaign (its tasks then read CANCELLED, not UNKNOWN).
+
+    Example: abbench cancel results/20261201-0900-ab12
+    """
+    return commands.cancel(campaign, results)
+
+
+@app.command()
+@command
 def build(
     arms_file: Annotated[Path, typer.Argument(help="the arms file (YAML)")],
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="parallel build "

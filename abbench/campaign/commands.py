@@ -22,6 +22,7 @@ from abbench.campaign.runner import Campaign, RunOptions, RunOutcome
 from abbench.campaign.shards import (
     CampaignOutcome,
     SlurmOptions,
+    cancel_campaign,
     describe_campaign,
     find_campaign,
     plan_campaign,
@@ -269,6 +270,19 @@ def diff(run_ref: str, results: Path, *, set_name: str, arms: list[str], prompt:
     return Output(diff_text(run_.records(), run_.meta(), set_name=set_name, arms=arms,
                             prompt=prompt, pass_="warm" if warm else "cold", round_=round_,
                             width=width))
+
+
+def cancel(ref: str, results: Path) -> Output:
+    """``abbench cancel``: stop every Slurm job of a campaign."""
+    folder = find_campaign(ref, results)
+    if folder is None:
+        raise ConfigError(f"{ref} is not a campaign (no campaign.json)", where=ref,
+                          hint="give a campaign folder or id (abbench ls lists them); an "
+                               "ordinary run stops with Ctrl-C")
+    jobs = cancel_campaign(folder)
+    return Output(f"cancelled Slurm job(s) {', '.join(jobs)} of {folder}; "
+                  f"`abbench run --resume {folder}` gathers what the shards measured and "
+                  "runs the rounds left\n")
 
 
 def build(arms_file: Path, *, jobs: int | None, live: Callable[[str], None]) -> Output:

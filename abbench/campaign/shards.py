@@ -366,7 +366,22 @@ def follow(folder: Path, *, progress: Progress, poll_s: float = 2.0,
 
 def _follow_hint(folder: Path, jobs: list[str]) -> str:
     return (f"`abbench run --resume {folder}` follows them again and gathers; "
-            f"`scancel {' '.join(jobs)}` stops them")
+            f"`abbench cancel {folder}` stops them")
+
+
+def cancel_campaign(folder: Path) -> list[str]:
+    """Cancel every Slurm job the campaign submitted (each noted in its ``<job>.cancel``,
+    so a task cancelled while pending reads CANCELLED, not UNKNOWN); the jobs cancelled.
+    ``abbench run --resume`` then gathers what the shards measured and submits again
+    those short of their rounds."""
+    camp = load_campaign(folder)
+    jobs = list(dict.fromkeys(str(s["job"]) for s in camp.get("submissions") or []))
+    if not jobs:
+        raise ConfigError(f"campaign {camp.get('id')} submitted no Slurm job",
+                          where=str(folder), hint="only a Slurm campaign has jobs to cancel")
+    for job in jobs:
+        slurm.cancel(job, output_dir=folder / "slurm")
+    return jobs
 
 
 @dataclass

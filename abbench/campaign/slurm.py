@@ -506,5 +506,6 @@ def wait(job_id: str, *, n_tasks: int | None = None,
             raise SchedulerError(f"job {job_id} not done after {timeout_s:g} s: "
                                  f"{count_states(states) or 'no tasks listed'}",
                                  where=f"job {job_id}",
-                                 hint=f"its tasks keep running; `scancel {job_id}` stops them")
+                                 hint=f"its tasks keep running; `abbench cancel CAMPAIGN` (or "
+                                      f"`scancel {job_id}`) stops them")
         _time.sleep(poll_s)
