@@ -346,11 +346,10 @@ def follow(folder: Path, *, progress: Progress, poll_s: float = 2.0,
                 if what != last or time.monotonic() - last_t >= EVERY_S:
                     progress.log(line)
                     last, last_t = what, time.monotonic()
-                unknown = {i for i, s in states.items() if s["state"] == slurm.UNKNOWN}
-                ended = all(slurm.is_terminal(s["state"]) for s in states.values())
-                if ended and unknown <= unknown_before:
+                ended, unknown_before = slurm.settled(
+                    {i: s["state"] for i, s in states.items()}, unknown_before)
+                if ended or not states:  # nothing submitted: nothing to follow
                     break
-                unknown_before = unknown
                 if deadline is not None and time.monotonic() >= deadline:
                     raise Interrupted(f"stopped following after {timeout_s:g} s",
                                       hint=_follow_hint(folder, jobs))
