@@ -80,6 +80,25 @@ def no_process_left(pattern: str) -> bool:
     return True
 
 
+def no_server_left(run: Path) -> bool:
+    """True when no server process of ``run`` is alive: the PIDs its slot records name
+    (each server life's main process), not every process of some name on the machine."""
+    import json
+
+    import psutil
+
+    for line in (run / "samples.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("type") != "slot" or not isinstance(rec.get("pid"), int):
+            continue
+        try:
+            if psutil.Process(rec["pid"]).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            continue
+    return True
+
+
 REAL_DIR = Path(__file__).resolve().parent / "real"
 
 

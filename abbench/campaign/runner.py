@@ -352,7 +352,7 @@ class Campaign:
                     code = server.stop()  # shielded: an interrupt waits for the stop
             if status != "ok":
                 self.failed += status == "failed"
-            more: dict[str, object] = {}
+            more: dict[str, object] = {"pid": server.pid} if server is not None else {}
             if server is not None and server.ready_at is not None:
                 more["ready_s"] = server.ready_at - server.started_at
             if status == "failed" and server is not None:

@@ -18,7 +18,7 @@ import pytest
 from abbench.campaign.runner import Campaign, RunOptions
 from abbench.config.schema import ResolvedArm, config_from_data, load_config
 from abbench.server.process import remove_stale_shm, shm_inodes, start_server
-from tests.conftest import no_process_left, refserver_start, write_arms
+from tests.conftest import no_process_left, no_server_left, refserver_start, write_arms
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = ROOT / "tests" / "ref" / "shapes"
@@ -42,7 +42,7 @@ def _campaign(tmp_path: Path, results: Path, preset: str, arms: dict[str, list[s
            "collectors": collectors}
     path = write_arms(tmp_path / "arms.yaml", json.dumps(doc))
     out = Campaign(load_config(path), RunOptions(results=results)).execute()
-    assert no_process_left(str(ROOT / "tests" / "refserver.py"))
+    assert no_server_left(out.run.path)
     return out
 
 
