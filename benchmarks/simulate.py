@@ -48,7 +48,7 @@ from abbench.config.stats import StatsConfig, TableConfig
 from abbench.model.metrics import spec
 from abbench.model.rows import RowKey
 from abbench.model.schedule import Order, make_schedule
-from abbench.report.rows import pick_rows
+from abbench.report.selection import pick_rows
 from abbench.report.table import Cell, Row, compare_rows
 from abbench.stats import paired
 from abbench.stats.paired import Comparison

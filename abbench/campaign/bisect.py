@@ -25,7 +25,7 @@ from abbench.config.overrides import with_stats
 from abbench.config.schema import ArmConfig, Config, load_config
 from abbench.errors import ConfigError
 from abbench.report.compare import run_table
-from abbench.report.rows import find_rows
+from abbench.report.selection import find_rows
 from abbench.server.gitarms import build_arms, commit_range, pin
 from abbench.store.run import Run
 

@@ -34,7 +34,7 @@ from abbench.campaign.runner import config_digest
 from abbench.errors import ConfigError, StoreError
 from abbench.model.records import QualityCommand, QualitySample, Record, SlotRecord
 from abbench.model.rounds import read_state
-from abbench.model.shards import ShardPlan, shard_schedule
+from abbench.model.shardplan import ShardPlan, shard_schedule
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.table import Table, table_of

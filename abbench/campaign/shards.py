@@ -55,7 +55,7 @@ from abbench.campaign.runner import Campaign, Resumption, RunOptions, RunOutcome
 from abbench.config.schema import Config, config_for_storage, load_config
 from abbench.errors import ConfigError, Interrupted
 from abbench.model.schedule import new_seed
-from abbench.model.shards import plan_shards, shard_schedule
+from abbench.model.shardplan import plan_shards, shard_schedule
 from abbench.server.interrupts import handle_signals
 from abbench.store.run import SCHEMA_VERSION, Run, new_run_id, open_run
 from abbench.version import __version__

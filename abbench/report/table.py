@@ -30,7 +30,7 @@ from abbench.report.notes import (
     run_notes,
     side_call_notes,
 )
-from abbench.report.rows import pick_rows
+from abbench.report.selection import pick_rows
 from abbench.report.tablemodel import Cell, Note, Row, Table
 from abbench.stats.blocks import compare_blocks, round_hosts
 from abbench.stats.paired import Comparison, adjust, compare

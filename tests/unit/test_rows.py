@@ -7,7 +7,7 @@ from abbench.config.schema import Workload
 from abbench.model.records import parse_records
 from abbench.model.rounds import round_values
 from abbench.model.rows import RowKey
-from abbench.report.rows import find_rows
+from abbench.report.selection import find_rows
 from abbench.report.table import table_of
 from tests.recordkit import lives
 
