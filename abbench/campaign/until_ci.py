@@ -66,7 +66,8 @@ def planned_and_more(cfg: Config, run: Run, schedule: list[Slot], seed: int,
         widths = [half_width_95(c) for c in nominal if c is not None]
         looks.append({"rounds": done, "max_half_width": max(widths) if widths else None})
         state = {"target": target, "max_rounds": cap, "alpha_per_look": alpha_k,
-                 "alpha_report": report_alpha(settings, alpha_k, reason) if reason
+                 "alpha_report": report_alpha(settings, alpha_k, reason,
+                                              len(looks) - (done >= cap)) if reason
                  else alpha_end, "looks": looks, "stopped": reason}
         if reason is not None:
             run.update_meta(until_ci=state)

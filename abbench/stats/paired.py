@@ -482,8 +482,12 @@ def pooled_sd(comps: Sequence[Comparison]) -> tuple[float, int, float | None] | 
 
 
 #: a cell joins its family's test when its p is at most this (for "beyond the band",
-#: when its estimate lies beyond the band), and its p is divided by it
+#: when its estimate lies beyond the band), and its p is divided by it ...
 SELECT = 0.5
+#: ... in families of at least this many cells; a smaller one is tested whole: its
+#: cells are mostly the change itself (the users' three decode rows), and doubling
+#: their p would cost more than the few null cells dilute
+SELECT_FROM = 5
 
 
 def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
@@ -491,8 +495,9 @@ def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
     """Multiplicity within each family (``families[k]``: cell k's; default one family).
 
     Exact cells (every round the same log-ratio of a deterministic metric) carry no
-    sampling error and stay outside every family. A family of one cell keeps its p.
-    In a larger family, the cells whose p is at most :data:`SELECT` (an estimate
+    sampling error and stay outside every family. A family of fewer than
+    :data:`SELECT_FROM` cells is adjusted whole (Benjamini-Hochberg). In a larger one,
+    the cells whose p is at most :data:`SELECT` (an estimate
     beyond the band) are tested, each at p / SELECT, with Benjamini-Hochberg over them
     alone: a p of "beyond the band" is uniformly conservative (at the band's edge
     P(p <= t | p <= SELECT) = t / SELECT, and less inside the band), so the rescaled
@@ -513,7 +518,7 @@ def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
         idx = [k for k, c in enumerate(comps) if fam[k] == name and c.p_raw is not None
                and c.n >= 2 and not c.exact]
         raw = [float(comps[k].p_raw) for k in idx]  # type: ignore[arg-type]
-        if len(idx) > 1:
+        if len(idx) >= SELECT_FROM:
             sel = [j for j, p in enumerate(raw) if p <= SELECT]
             adj = [1.0] * len(idx)
             for j, pa in zip(sel, benjamini_hochberg([raw[j] / SELECT for j in sel]),
@@ -521,7 +526,7 @@ def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
                 adj[j] = pa
             m, scale = max(1, len(sel)), SELECT
         else:
-            adj, m, scale = raw, 1, 1.0
+            adj, m, scale = benjamini_hochberg(raw), max(1, len(idx)), 1.0
         kept = sum(1 for k, pa in zip(idx, adj, strict=True)
                    if comps[k].verdict == "changed" and pa < comps[k].alpha)
         for k, pa in zip(idx, adj, strict=True):
@@ -531,7 +536,7 @@ def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
                 verdict = "inconclusive"
             c = replace(c, p=pa, verdict=verdict, comparisons=len(idx), family=name,
                         better=c.better if verdict == "changed" else None)
-            joins = m + (1 if len(idx) > 1 and (c.p_raw or 1.0) > SELECT else 0)
+            joins = m + (1 if scale < 1 and (c.p_raw or 1.0) > SELECT else 0)
             level = c.alpha * scale * min(joins, kept + 1) / joins
             pool = pools[fam[k], met[k]] if c.kind == "sampled" else None
             out[k] = replace(c, rounds_needed=rounds_for(c, level, pool))

@@ -1,11 +1,12 @@
 """The stopping rule of ``--until-ci``: when to look, at what alpha, and when to stop.
 
 A stop on width alone does not depend on where the estimate lies, so it spends no
-alpha. Only a stop on verdicts does: before the last look it needs every watched cell
-decided at :data:`EARLY` x alpha / (K - 1). The report of a run that did not stop on
-verdicts decides at the full alpha; one that did, at the per-look alpha its stop was
-decided at (:func:`report_alpha`). docs/simulation.md measures the A/A rate of the
-final report (at most alpha) and the power against the fixed-rounds test.
+alpha by itself. A stop on verdicts does: before the last look it needs every watched
+cell decided at :data:`EARLY` x alpha / (K - 1). The report pays only for the looks a
+run took (:func:`report_alpha`): alpha less the per-look alpha of each look before the
+last planned one, or the per-look alpha its stop on verdicts was decided at.
+docs/simulation.md measures the A/A rate of the final report and the rate at the
+band's edge (at most alpha) and the power against the fixed-rounds test.
 """
 
 from __future__ import annotations
@@ -55,10 +56,18 @@ def look_alphas(settings: StatsConfig, k_looks: int) -> tuple[float, float]:
 ON_VERDICTS = "every watched cell has a verdict at the per-look alpha"
 
 
-def report_alpha(settings: StatsConfig, alpha_look: float, reason: str | None) -> float:
-    """The alpha the run's report decides at: the per-look alpha when the run stopped on
-    verdicts (what its stop was decided at), else the full alpha."""
-    return alpha_look if reason == ON_VERDICTS else settings.alpha
+def report_alpha(settings: StatsConfig, alpha_look: float, reason: str | None,
+                 early_looks: int) -> float:
+    """The alpha the run's report decides at. After a stop on verdicts: the per-look
+    alpha it stopped at. Otherwise alpha less what the looks that could have stopped on
+    verdicts spent: ``early_looks`` (the looks taken before the last planned one) x the
+    per-look alpha. A run that stops on width at its first look reports at
+    alpha - alpha_look; one that runs to the cap pays for every look it took, as a
+    stop on width, which comes when the rounds happen to agree, would otherwise push
+    "changed" at the band's edge over alpha (docs/simulation.md, §6)."""
+    if reason == ON_VERDICTS:
+        return alpha_look
+    return settings.alpha - alpha_look * early_looks
 
 
 def half_width_95(c: Comparison) -> float:

@@ -27,12 +27,13 @@ def test_only_a_stop_on_verdicts_spends_alpha() -> None:
     early, end = look_alphas(s, 6)
     assert early == pytest.approx(EARLY * 0.05 / 5) and end == 0.05
     assert look_alphas(s, 1) == (0.05, 0.05)
-    # a run that stopped on width or at the cap is reported at the full alpha; one that
-    # stopped on verdicts, at the alpha its stop was decided at
-    assert report_alpha(s, early, ON_VERDICTS) == early
-    for reason in ("the cap of 12 rounds was reached",
-                   "every watched 95% interval's half-width is at or under 1%"):
-        assert report_alpha(s, early, reason) == 0.05
+    # a run that stopped on verdicts is reported at the alpha its stop was decided at;
+    # otherwise alpha less the looks it took before the last planned one
+    assert report_alpha(s, early, ON_VERDICTS, 3) == early
+    width = "every watched 95% interval's half-width is at or under 1%"
+    assert report_alpha(s, early, width, 1) == pytest.approx(0.05 - early)
+    assert report_alpha(s, early, "the cap of 12 rounds was reached", 5) == pytest.approx(
+        0.05 - 5 * early) == pytest.approx((1 - EARLY) * 0.05)  # every look: the old split
 
 
 def test_the_width_stop_uses_the_95_interval() -> None:
