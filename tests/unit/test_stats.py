@@ -335,3 +335,37 @@ def test_negligible_wobble_is_no_outlier() -> None:
     c = stats.compare(base, arm, direction="lower")
     assert c is not None and c.outliers["d"] == [] and c.test == "paired t on log-ratios"
     assert c.verdict == "changed" and c.better is True and c.p < 1e-6
+
+
+def test_kinds_say_which_metrics_can_be_exact() -> None:
+    from abbench.stats.kinds import family, kind
+
+    assert kind("peak_vram_mib") == "deterministic" and kind("misses_per_token_l2") == \
+        "deterministic"
+    assert kind("load_goodput") == kind("quality") == "counted"
+    assert kind("decode_tok_s") == kind("my_collector_metric") == "sampled"
+    assert family("decode_tok_s", True) == "table"
+    assert family("server_decode_tok_s", True) == family("ttft_ms", False) == "also"
+
+
+def test_rounds_to_decide_is_a_probability_and_names_bimodal_noise() -> None:
+    from abbench.report.verdicts import more_rounds
+    from abbench.stats.decide import bimodal_gap, decide_probability, rounds_to_decide
+
+    lo, hi = math.log1p(-0.01), math.log1p(0.01)
+    how = dict(alpha_changed=0.05, alpha_within=0.05)
+    n = rounds_to_decide(0.03, 0.02, 4, lo, hi, **how)
+    assert n is not None and n > 4
+    grid = np.array([float(n - 1), float(n)])
+    p = decide_probability(0.03, 0.02, 4, lo, hi, grid, **how)
+    assert p[0] < 0.8 <= p[1]  # the smallest N with an 80% chance
+    # a point solve of the sd would promise fewer rounds than its sampling distribution
+    assert n >= (rounds_to_decide(0.03, 0.02, 4, lo, hi, sd_known=True, **how) or 0)
+    rng = np.random.default_rng(1)
+    two = np.log(np.r_[np.full(4, 100.0), np.full(4, 109.0)] * np.exp(rng.normal(0, 0.003, 8)))
+    assert bimodal_gap(two) is not None and bimodal_gap(rng.normal(0, 0.01, 8)) is None
+    b, a = _pair(np.array([0.02, 0.03, -0.01, 0.025, 0.04, -0.02]))
+    c = stats.adjust([compare(b, a)])[0]
+    text = more_rounds(c)
+    assert text.startswith(("about", "needs >")) and ("(80%" in text or "needs >" in text)
+    assert "bimodal" in more_rounds(replace(c, bimodal=0.086))
