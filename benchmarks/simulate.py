@@ -30,12 +30,14 @@ tables, the figures of the rules they replaced (from this script at e9d6706).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import functools
 import math
+import os
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -52,7 +54,15 @@ from abbench.report.selection import pick_rows
 from abbench.report.table import Cell, Row, compare_rows
 from abbench.stats import paired
 from abbench.stats.paired import Comparison
-from abbench.stats.stopping import block_size, look_alphas, max_rounds, planned_looks, stop_reason
+from abbench.stats.stopping import (
+    ON_VERDICTS,
+    block_size,
+    look_alphas,
+    max_rounds,
+    planned_looks,
+    report_alpha,
+    stop_reason,
+)
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "simulation.md"
 MARKER = "<!-- tables -->"
@@ -68,9 +78,15 @@ class RowDef:
 
     workload: str
     metric: str
-    level: float  # the baseline's value
+    level: float  # the baseline's value (a counted row's: its pass or good share)
     noisy: bool = True  # False: an exact row, the same value every round
     effects: tuple[tuple[str, float], ...] = ()  # (arm, true change as a fraction)
+    #: a counted row: passes of this many items a round (quality), or with ``share`` the
+    #: share of this many requests that were good (goodput); binomial
+    items: int = 0
+    share: bool = False
+    #: a mirror row: the row at this index of the layout, within 0.03% (server timings)
+    mirror: int = -1
 
     def effect(self, arm: str) -> float:
         return dict(self.effects).get(arm, 0.0)
@@ -110,6 +126,42 @@ EXACT = Layout("exact rows", ("base", "kv-q8", "ub2048"), (
 ))
 #: the users' table (target-report.md): one arm, decode rows +2.8%, peak VRAM equal
 USERS = Layout("users", ("base", "pr"), (*decode_rows((("pr", 0.028),)), VRAM))
+
+
+#: the H200 seed run's contexts (docs/examples/h200-seed-run), decode tok/s of each
+H200_DECODE = (("32K", 535.0), ("64K", 445.0), ("128K", 325.0), ("255K", 205.0),
+               ("255K + side calls", 170.0))
+
+
+def h200(pr: str = "pr", decode: tuple[tuple[str, float], ...] = ()) -> Layout:
+    """A table shaped like the H200 seed run, one arm against the baseline: its 10
+    shown rows (decode at five contexts sharing each life, peak VRAM exact at -40.2%,
+    misses/token exact at two contexts, the quality score of 16 items and the quality
+    command's 5, both counts), a goodput row (the share of 32 requests meeting the
+    SLO, 97% each), and its hidden rows: TTFT and prefill per context, the server's own
+    decode timings (mirrors), a side-call latency, peak VRAM per workload (exact,
+    equal to the life's) and the device's (exact, a mirror). ``decode``: (context,
+    true change of the arm) on decode tok/s."""
+    eff = dict(decode)
+    rows: list[RowDef] = [RowDef(f"decode {k}", "decode_tok_s", lvl,
+                                 effects=((pr, eff[k]),) if k in eff else ())
+                          for k, lvl in H200_DECODE]
+    vram = ((pr, 7458 / 12480 - 1),)
+    rows += [RowDef("server", "peak_vram_mib", 12480.0, noisy=False, effects=vram),
+             RowDef("decode 255K", "misses_per_token", 2040.0, noisy=False),
+             RowDef("decode 255K + side calls", "misses_per_token", 817.6, noisy=False),
+             RowDef("quality", "quality", 0.625, items=16),
+             RowDef("quality", "quality_command", 0.8, items=5),
+             RowDef("load c=8", "load_goodput", 0.97, items=32, share=True)]
+    rows += [RowDef(f"decode {k}", "server_decode_tok_s", lvl, mirror=j)
+             for j, (k, lvl) in enumerate(H200_DECODE)]
+    rows += [RowDef(f"decode {k}", m, lvl) for k, _ in H200_DECODE
+             for m, lvl in (("ttft_ms", 900.0), ("prefill_tok_s", 9000.0))]
+    rows += [RowDef("decode 255K + side calls", "side_call_ms", 420.0),
+             RowDef("server", "device_vram_mib", 13000.0, noisy=False, effects=vram)]
+    rows += [RowDef(f"decode {k}", "peak_vram_mib", 12480.0, noisy=False, effects=vram)
+             for k, _ in H200_DECODE]
+    return Layout("H200 seed" + (f", {decode}" if decode else ""), ("base", pr), tuple(rows))
 
 
 def one_cell(effect: float) -> Layout:
@@ -174,7 +226,13 @@ def add_slots(rng: np.random.Generator, layout: Layout, noise: Noise, vals: Valu
     for s, (arm, rnd, index) in enumerate(arms_rounds):
         drift = math.log1p(noise.drift) * index / max(1, total_slots - 1)
         for j, rd in enumerate(layout.rows):
-            if rd.noisy:
+            if rd.items:
+                q = min(1.0, rd.level * (1 + rd.effect(arm)))
+                k = float(rng.binomial(rd.items, q))
+                v = k / rd.items if rd.share else k
+            elif rd.mirror >= 0:
+                v = vals[rd.mirror][arm][rnd] * math.exp(0.0003 * own[s, j])
+            elif rd.noisy:
                 v = rd.level * math.exp(math.log1p(rd.effect(arm)) + drift + life[s] + own[s, j])
             else:
                 v = rd.level * (1 + rd.effect(arm))  # the same every round
@@ -197,7 +255,12 @@ def table_rows(layout: Layout, vals: Values) -> list[Row]:
         for arm in layout.arms:
             rs = sorted(vals[j][arm])
             cells[arm] = Cell(arm, rs, [vals[j][arm][r] for r in rs])
-        out.append(Row(RowKey(rd.workload, rd.metric), spec(rd.metric), cells))
+        row = Row(RowKey(rd.workload, rd.metric), spec(rd.metric), cells)
+        if rd.items and not rd.share:  # a score: its items per round
+            row.totals = {arm: {r: float(rd.items) for r in vals[j][arm]}
+                          for arm in layout.arms}
+            row.baseline = layout.arms[0]
+        out.append(row)
     return out
 
 
@@ -233,8 +296,11 @@ class Outcome:
 
 
 def compared(layout: Layout, vals: Values, settings: StatsConfig) -> list[Row]:
+    """The table compute_table makes: the rows it shows (the default ``table:``) one
+    family, the rest another."""
     rows = table_rows(layout, vals)
-    compare_rows(rows, layout.arms[0], settings=settings)
+    shown = {id(r) for r in pick_rows(rows, TableConfig())}
+    compare_rows(rows, layout.arms[0], settings=settings, shown=shown)
     return rows
 
 
@@ -269,18 +335,31 @@ def campaign(rng: np.random.Generator, layout: Layout, noise: Noise, rounds: int
     alpha_k, alpha_end = look_alphas(settings, looks)
     spent_settings = settings.model_copy(update={"alpha": alpha_k})
     end_settings = settings.model_copy(update={"alpha": alpha_end})
+    taken = 0
     while True:
+        taken += 1
         rows = compared(layout, vals, end_settings)
         nominal = _watched(layout, rows, end_settings)
         # A verdict at alpha_k implies one at alpha, except where compare()'s outlier
         # cross-check held a cell back at alpha: only then can the second pass matter.
         spent: list[Comparison | None] = []
+        spent_rows: list[Row] = []
         if all(c is not None and (c.verdict in DECIDED or any(w.startswith(HELD)
                                                               for w in c.warnings))
                for c in nominal):
-            spent = _watched(layout, compared(layout, vals, spent_settings), spent_settings)
-        if stop_reason(nominal, spent, target=until, rounds_done=done, cap=limit):
-            return Outcome(done, rows, layout)  # the report's verdicts, at alpha_end
+            spent_rows = compared(layout, vals, spent_settings)
+            spent = _watched(layout, spent_rows, spent_settings)
+        reason = stop_reason(nominal, spent, target=until, rounds_done=done, cap=limit)
+        if reason:
+            # the report's verdicts at abbench.stats.stopping.report_alpha: the per-look
+            # alpha after a stop on verdicts, else alpha less the looks taken
+            if reason == ON_VERDICTS:
+                return Outcome(done, spent_rows, layout)
+            at = report_alpha(settings, alpha_k, reason, taken - (done >= limit))
+            if at == alpha_end:
+                return Outcome(done, rows, layout)
+            return Outcome(done, compared(layout, vals,
+                                          settings.model_copy(update={"alpha": at})), layout)
         add = min(block_size(done, len(arms)), limit - done)
         block = make_schedule(arms, add, order, seed, first_round=done, first_index=used)
         add_slots(rng, layout, noise, vals, [(s.arm, s.round, s.index) for s in block], total)
@@ -683,6 +762,144 @@ def study_pattern(campaigns: int, seed: int, n: int) -> tuple[float, float]:
     return share([false_changed(cells) for _n, cells in got]), strict
 
 
+# ------------------------------------------------------------------ tables like the H200's
+
+#: the noise models of the H200-shaped tables: 1-3% per arm (docs/noise.md measures 2-3%
+#: at 32K on the H200), bimodal lives, drift
+TABLE_NOISES = (
+    Noise("normal, 1% per arm", short="1%"),
+    Noise("normal, 2% per arm", sigma=0.02, short="2%"),
+    Noise("normal, 3% per arm", sigma=0.03, short="3%"),
+    Noise("bimodal lives 9% apart + 1%", levels=0.09, short="bimodal 9%"),
+    Noise("drift +5% + 1%", drift=0.05, short="drift +5%"),
+)
+TABLE_NS = (2, 3, 4, 6, 8, 12, 16, 24)
+
+
+def grow(rng: np.random.Generator, layout: Layout, noise: Noise, rounds: int,
+         horizon: int = 0) -> Generator[tuple[int, list[Row]], Sequence[int] | None, None]:
+    """One fixed-rounds campaign of ``rounds`` rounds, its table first; then, given
+    (``send``) rounds in all to carry on to, the same campaign's table at each, in
+    ascending order. ``horizon``: the rounds the drift spans (default ``rounds``)."""
+    arms = list(layout.arms)
+    seed = int(rng.integers(1, 2**31))
+    settings = StatsConfig(alpha=ALPHA, noise_band=BAND)
+    total = max(rounds, horizon) * len(arms)
+    vals: Values = {j: {a: {} for a in arms} for j in range(len(layout.rows))}
+    slots = make_schedule(arms, rounds, "interleaved", seed)
+    add_slots(rng, layout, noise, vals, [(s.arm, s.round, s.index) for s in slots], total)
+    done, used = rounds, len(slots)
+    more = yield done, compared(layout, vals, settings)
+    for target in sorted(set(more or ())):
+        if target <= done:
+            continue
+        block = make_schedule(arms, target - done, "interleaved", seed, first_round=done,
+                              first_index=used)
+        add_slots(rng, layout, noise, vals, [(s.arm, s.round, s.index) for s in block], total)
+        used += len(block)
+        done = target
+        yield done, compared(layout, vals, settings)
+
+
+def _cells(layout: Layout, rows: list[Row]) -> Cells:
+    return list(Outcome(0, rows, layout).cells())
+
+
+def study_tables_aa(campaigns: Callable[[int], int], seed: int
+                    ) -> dict[tuple[str, int], tuple[float, float, float]]:
+    """H200-shaped tables whose only real changes are the exact memory rows (-40.2%):
+    the share with any false "changed" (shown or hidden), the share with one among the
+    shown rows, and the share of exact cells decided right."""
+    layout = h200()
+    out = {}
+    with fast_paths():
+        for noise in TABLE_NOISES:
+            for n in TABLE_NS:
+                rng = rng_for(seed, "tables A/A", noise, n)
+                got = [_cells(layout, next(grow(rng, layout, noise, n))[1])
+                       for _ in range(campaigns(n))]
+                shown = [[(rd, a, c) for rd, a, c in cells if c.family == "table"]
+                         for cells in got]
+                exact = [right(rd, a, c) for cells in got for rd, a, c in cells if c.exact]
+                out[noise.label, n] = (share([false_changed(c) for c in got]),
+                                       share([false_changed(c) for c in shown]), share(exact))
+    return out
+
+
+POWER_NS = (4, 6, 12, 24)
+
+
+def study_tables_power(campaigns: int, seed: int) -> dict[tuple[str, int], float]:
+    """An isolated +2% on decode 128K at 1% per arm: how often it is called "changed"
+    in the H200-shaped table, and in a table of that one cell."""
+    out = {}
+    layouts = (("H200-shaped table", h200(decode=(("128K", 0.02),))),
+               ("one cell", one_cell(0.02)))
+    with fast_paths():
+        for name, layout in layouts:
+            for n in POWER_NS:
+                rng = rng_for(seed, "tables power", name, n)
+                hit = []
+                for _ in range(campaigns):
+                    cells = _cells(layout, next(grow(rng, layout, NORMAL, n))[1])
+                    hit.append(any(c.verdict == "changed" and (c.change or 0) > 0
+                                   for rd, _a, c in cells if rd.effect(layout.arms[1]) > 0
+                                   and rd.metric == "decode_tok_s"))
+                out[name, n] = share(hit)
+    return out
+
+
+#: rounds to decide: the campaigns' starting rounds, and the most rounds carried on to
+RTD_NS = (3, 6)
+RTD_CAP = 40
+
+
+def study_rounds(campaigns: int, seed: int) -> dict[tuple[str, int], tuple[float, int, float]]:
+    """Every undecided cell that says "about k more rounds (80%)" with n + k <= RTD_CAP:
+    the campaign carried on to n + k rounds, is the cell decided there? (share decided,
+    cells, share of undecided cells that gave such a k)."""
+    scenarios = [(nz.label, h200(), nz) for nz in TABLE_NOISES]
+    scenarios.append(("+2% on decode 128K, 1%", h200(decode=(("128K", 0.02),)), NORMAL))
+    out = {}
+    with fast_paths():
+        for label, layout, noise in scenarios:
+            for n in RTD_NS:
+                rng = rng_for(seed, "rounds", label, n)
+                decided: list[bool] = []
+                stated = 0
+                undecided = 0
+                for _ in range(campaigns):
+                    want: dict[int, list[tuple[str, str, str]]] = {}
+                    it = grow(rng, layout, noise, n, horizon=RTD_CAP)
+                    _n0, rows = next(it)
+                    for row in rows:
+                        for arm, cell in row.cells.items():
+                            c = cell.comparison
+                            if arm == layout.arms[0] or c is None or c.verdict in DECIDED:
+                                continue
+                            undecided += 1
+                            if c.rounds_needed is not None and c.rounds_needed <= RTD_CAP:
+                                want.setdefault(c.rounds_needed, []).append(
+                                    (row.workload, row.metric, arm))
+                    if not want:
+                        it.close()
+                        continue
+                    stated += sum(len(v) for v in want.values())
+                    with contextlib.suppress(StopIteration):
+                        got = it.send(sorted(want))
+                        while True:
+                            big_n, rows_n = got
+                            by = {(r.workload, r.metric, a): cell.comparison
+                                  for r in rows_n for a, cell in r.cells.items()}
+                            for key in want.get(big_n, []):
+                                cn = by.get(key)
+                                decided.append(cn is not None and cn.verdict in DECIDED)
+                            got = next(it)
+                out[label, n] = (share(decided), len(decided),
+                                 stated / undecided if undecided else math.nan)
+    return out
+
+
 # ------------------------------------------------------------------ the tables
 
 
@@ -716,6 +933,21 @@ class Counts:
     @property
     def aa_until(self) -> int:
         return max(10, self.base // 20)
+
+    def aa_until_of(self, noise: Noise, n: int) -> int:
+        return self.aa_until
+
+    def tables_aa(self, n: int) -> int:
+        """H200-shaped A/A tables: more at few rounds, where the rates are highest."""
+        return max(10, self.base * 3 // 10 if n <= 4 else self.base // 10)
+
+    @property
+    def tables_power(self) -> int:
+        return max(10, self.base * 3 // 5)
+
+    @property
+    def rounds(self) -> int:
+        return max(4, self.base // 25)
 
     @property
     def exact(self) -> int:
@@ -789,9 +1021,78 @@ def render_scenarios(rows: Sequence[ScenarioResult]) -> str:
     return "\n".join(lines)
 
 
-def run(campaigns: int, seed: int, progress: Callable[[str], None] = lambda s: None
-        ) -> tuple[str, dict[str, Any]]:
-    """Every study; the markdown of its tables and the numbers behind them."""
+def study_scenarios(k: Counts, seed: int) -> list[ScenarioResult]:
+    return [study_scenario(sc, k.single(sc), seed) for sc in SCENARIOS]
+
+
+def study_patterns(campaigns: int, seed: int) -> dict[int, tuple[float, float]]:
+    return {n: study_pattern(campaigns, seed, n) for n in (2, 3)}
+
+
+def render_tables(out: dict[str, Any], k: Counts) -> list[str]:
+    """§0: the H200-shaped tables."""
+    aa, power, rounds = out["tables_aa"], out["tables_power"], out["rounds"]
+    head = "| rounds | " + " | ".join(nz.label for nz in TABLE_NOISES) + " | campaigns |"
+    rule = "|---|" + "---|" * (len(TABLE_NOISES) + 1)
+    aa_lines = [head, rule]
+    for n in TABLE_NS:
+        aa_lines.append(f"| {n} | " + " | ".join(
+            f"{_pc(aa[nz.label, n][0])} ({_pc(aa[nz.label, n][1])})" for nz in TABLE_NOISES)
+            + f" | {k.tables_aa(n)} |")
+    exact2 = [aa[nz.label, 2][2] for nz in TABLE_NOISES]
+    exact_all = [aa[key][2] for key in aa]
+    pw = ["| rounds | H200-shaped table | one cell | t ceiling (one cell) |", "|---|---|---|---|"]
+    for n in POWER_NS:
+        pw.append(f"| {n} | {_pc(power['H200-shaped table', n])} | "
+                  f"{_pc(power['one cell', n])} | "
+                  f"{_pc(t_ceiling(0.02, 0.01 * math.sqrt(2), n))} |")
+    rt = ["| scenario | " + " | ".join(f"from {n} rounds: decided at n + k (cells)"
+                                       for n in RTD_NS) + " | share of undecided cells "
+          f"given a k with n + k <= {RTD_CAP} |", "|---|" + "---|" * (len(RTD_NS) + 1)]
+    for label in dict.fromkeys(key[0] for key in rounds):
+        cells = [f"{_pc(rounds[label, n][0])} ({rounds[label, n][1]})" for n in RTD_NS]
+        given = " / ".join(_pc(rounds[label, n][2]) for n in RTD_NS)
+        rt.append(f"| {label} | " + " | ".join(cells) + f" | {given} |")
+    return [
+        "## 0. Tables shaped like the H200 seed run",
+        "",
+        "### 0a. A/A: share of tables with any false \"changed\" (in the shown rows)",
+        "",
+        "One arm against the baseline; the only real changes are the exact memory rows "
+        "(-40.2%, six of them, as in the H200 seed run); every timed and counted row is an "
+        "A/A. A false \"changed\" anywhere (the table or the \"Also changed\" line) "
+        "counts; in brackets, the table's shown rows alone. Monte Carlo standard error near "
+        f"5%: {_se(k.tables_aa(2))} at {k.tables_aa(2)} campaigns, "
+        f"{_se(k.tables_aa(24))} at {k.tables_aa(24)}. Exact memory cells decided right: "
+        f"{_pc(min(exact2))} at 2 rounds, {_pc(min(exact_all))} at every n and noise.",
+        "",
+        *aa_lines,
+        "",
+        "### 0b. Power: an isolated +2% on decode 128K, 1% per arm",
+        "",
+        "Share of campaigns calling it \"changed\" (right sign) in the H200-shaped table "
+        "(every other row null, memory rows exact at -40.2%) and in a table of that one "
+        f"cell; {k.tables_power} campaigns each (standard error near 65%: "
+        f"{_se(k.tables_power, 0.65)}).",
+        "",
+        *pw,
+        "",
+        "### 0c. \"about k more rounds (80%)\": decided at n + k?",
+        "",
+        "Each campaign of the H200-shaped table stops at n rounds; every undecided cell "
+        f"that states k with n + k <= {RTD_CAP} is followed: the same campaign carried on to "
+        f"n + k rounds, is that cell decided there? {k.rounds} campaigns per scenario and "
+        "n; the share of undecided cells that state such a k is in the last column (the "
+        "rest state more rounds, or none).",
+        "",
+        *rt,
+    ]
+
+
+def run(campaigns: int, seed: int, progress: Callable[[str], None] = lambda s: None,
+        jobs: int = 1) -> tuple[str, dict[str, Any]]:
+    """Every study (``jobs`` at a time, each in its own process); the markdown of its
+    tables and the numbers behind them."""
     k = Counts(campaigns)
     fixed_ns = list(range(2, 25))
     until_ns = [2, 3, 4, 6, 12]
@@ -802,23 +1103,32 @@ def run(campaigns: int, seed: int, progress: Callable[[str], None] = lambda s: N
     def step(name: str) -> None:
         progress(f"{name} ({time.process_time() - t0:.0f} s CPU)")
 
-    out["scenarios"] = [study_scenario(sc, k.single(sc), seed) for sc in SCENARIOS]
-    step("single comparisons")
-    out["users"] = study_users(k.users, seed)
-    step("the users' case")
-    out["exact"] = study_exact(k.exact, seed, exact_ns)
-    step("exact rows")
-    aa = study_aa(k.aa_fixed, seed, fixed_ns)
-    out["aa_fixed"] = aa
-    step("A/A tables, fixed rounds")
-    out["aa_until"] = study_aa(lambda nz, n: k.aa_until, seed, until_ns, until=0.01,
-                               cap=24)
-    step("A/A tables, --until-ci")
-    out["pattern"] = {n: study_pattern(k.pattern, seed, n) for n in (2, 3)}
-    step("bimodal pattern")
+    tasks: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = {
+        "tables_aa": (study_tables_aa, (k.tables_aa, seed), {}),
+        "tables_power": (study_tables_power, (k.tables_power, seed), {}),
+        "rounds": (study_rounds, (k.rounds, seed), {}),
+        "scenarios": (study_scenarios, (k, seed), {}),
+        "users": (study_users, (k.users, seed), {}),
+        "exact": (study_exact, (k.exact, seed, exact_ns), {}),
+        "aa_fixed": (study_aa, (k.aa_fixed, seed, fixed_ns), {}),
+        "aa_until": (study_aa, (k.aa_until_of, seed, until_ns), {"until": 0.01, "cap": 24}),
+        "pattern": (study_patterns, (k.pattern, seed), {}),
+    }
+    if jobs <= 1:
+        for name, (fn, args, kw) in tasks.items():
+            out[name] = fn(*args, **kw)
+            step(name)
+    else:
+        with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
+            futures = {name: pool.submit(fn, *args, **kw)
+                       for name, (fn, args, kw) in tasks.items()}
+            for name, fut in futures.items():
+                out[name] = fut.result()
+                step(name)
+    aa = out["aa_fixed"]
 
     pat = out["pattern"]
-    md = [
+    md = [*render_tables(out, k), "",
         "## 1. A/A tables at fixed rounds: share with any false \"changed\"",
         "",
         "A table is 3 arms x (decode at 32K, 64K, 128K, sharing "
@@ -836,7 +1146,7 @@ def run(campaigns: int, seed: int, progress: Callable[[str], None] = lambda s: N
         "adds balanced blocks of 3 rounds until every cell's half-width is at most 1%, every "
         "cell is decided at the per-look alpha, or 24 rounds.",
         "",
-        render_aa(out["aa_until"], until_ns, lambda nz, n: k.aa_until, until=True),
+        render_aa(out["aa_until"], until_ns, k.aa_until_of, until=True),
         "",
         "## 3. Bimodal lives at 2 and 3 rounds: the bound",
         "",
@@ -886,28 +1196,38 @@ def run(campaigns: int, seed: int, progress: Callable[[str], None] = lambda s: N
     return "\n".join(md), out
 
 
+DEFAULT_CAMPAIGNS = 400
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--campaigns", type=int, default=1000,
-                    help="campaigns per scenario (default 1000): x3 / x1.25 for single "
-                    "comparisons at fixed rounds / with --until-ci (x3 at the band's edge), "
-                    "x0.3 / x0.1 for A/A tables at up to / over 8 rounds, x1/20 for A/A "
-                    "tables with --until-ci and for exact rows")
+    ap.add_argument("--campaigns", type=int, default=DEFAULT_CAMPAIGNS,
+                    help=f"campaigns per scenario (default {DEFAULT_CAMPAIGNS}): x3 / x1.25 "
+                    "for single comparisons at fixed rounds / with --until-ci (x3 at the "
+                    "band's edge), x0.3 / x0.1 for A/A tables at up to / over 8 rounds "
+                    "(H200-shaped: up to / over 4), x0.6 for power in H200-shaped tables, "
+                    "x1/25 for rounds to decide, x1/20 for A/A tables with --until-ci and "
+                    "for exact rows")
     ap.add_argument("--seed", type=int, default=20261201)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="studies run at once, each in its own process (default 1)")
     ap.add_argument("--no-write", action="store_true", help="do not write docs/simulation.md")
     args = ap.parse_args()
-    t0, c0 = time.perf_counter(), time.process_time()
-    text, _ = run(args.campaigns, args.seed,
-                  progress=lambda s: print(f"  {s}", flush=True))
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    t0 = time.perf_counter()
+    text, _ = run(args.campaigns, args.seed, progress=lambda s: print(f"  {s}", flush=True),
+                  jobs=args.jobs)
+    wall = time.perf_counter() - t0
+    cpu = sum(getattr(os.times(), f) for f in ("user", "system", "children_user",
+                                                 "children_system"))
     print(text)
     print(f"\n({wall:.0f} s, {cpu:.0f} s CPU)")
     if args.no_write:
         return
     cmd = "`.venv/bin/python benchmarks/simulate.py" + (
-        f" --campaigns {args.campaigns}" if args.campaigns != 1000 else "") + (
-        f" --seed {args.seed}" if args.seed != 20261201 else "") + "`"
-    write_doc(DOCS, text, f"Command: {cmd} ({cpu:.0f} s CPU on one core)")
+        f" --campaigns {args.campaigns}" if args.campaigns != DEFAULT_CAMPAIGNS else "") + (
+        f" --seed {args.seed}" if args.seed != 20261201 else "") + (
+        f" --jobs {args.jobs}" if args.jobs != 1 else "") + "`"
+    write_doc(DOCS, text, f"Command: {cmd} ({cpu:.0f} s CPU, {wall:.0f} s wall time)")
 
 
 def write_doc(path: Path, tables: str, command: str) -> None:

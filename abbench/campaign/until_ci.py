@@ -22,6 +22,7 @@ from abbench.stats.stopping import (
     look_alphas,
     max_rounds,
     planned_looks,
+    report_alpha,
     stop_reason,
 )
 from abbench.store.run import Run
@@ -66,7 +67,10 @@ def planned_and_more(cfg: Config, run: Run, schedule: list[Slot], seed: int,
         widths = [half_width_95(c) for c in nominal if c is not None]
         looks.append(Look(rounds=done, max_half_width=max(widths) if widths else None))
         state = UntilCiState(target=target, max_rounds=cap, alpha_per_look=alpha_k,
-                             alpha_report=alpha_end, looks=looks, stopped=reason)
+                             alpha_report=report_alpha(settings, alpha_k, reason,
+                                                       len(looks) - (done >= cap))
+                             if reason else alpha_end,
+                             looks=looks, stopped=reason)
         if reason is not None:
             run.set_until_ci(state)
             progress.log(f"until-ci: stopped after {done} rounds: {reason}")

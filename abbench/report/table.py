@@ -32,8 +32,9 @@ from abbench.report.notes import (
 )
 from abbench.report.selection import pick_rows
 from abbench.report.tablemodel import Cell, Note, Row, Table
-from abbench.stats.blocks import compare_blocks, round_hosts
-from abbench.stats.paired import Comparison, adjust, compare
+from abbench.stats.blocks import round_hosts
+from abbench.stats.cells import adjust_cells, compare_cell
+from abbench.stats.paired import Comparison
 
 
 def table_of(records: list[Record], meta: dict[str, Any], *,
@@ -83,7 +84,6 @@ def compute_table(records: list[Record], meta: dict[str, Any], *,
                  for arm in arms if arm in by_arm}
         every.append(Row(key, spec(key.metric, known), cells))
     hosts = round_hosts(records)  # a gathered campaign's rounds, by host
-    compare_rows(every, base, settings=settings, hosts=hosts)
     score_rows(every, values, base)
     if metrics is not None:
         shown = [r for r in every if r.metric in metrics]
@@ -92,6 +92,7 @@ def compute_table(records: list[Record], meta: dict[str, Any], *,
     else:
         shown = pick_rows(every, TableConfig.model_validate(meta.get("table") or {}))
     picked = {id(r) for r in shown}
+    compare_rows(every, base, settings=settings, hosts=hosts, shown=picked)
 
     invalid: dict[str, int] = defaultdict(int)
     for rec in records:
@@ -226,34 +227,41 @@ def score_rows(rows: list[Row], values: RoundValues, baseline: str) -> None:
 
 def compare_rows(rows: list[Row], baseline: str, *, settings: StatsConfig | None = None,
                  noise_band: float | None = None, alpha: float | None = None,
-                 hosts: Mapping[int, str] | None = None) -> None:
-    """Compare every non-baseline cell of ``rows`` with the baseline; Benjamini-Hochberg
-    across all of them. ``hosts``: round -> host when the rounds ran on several hosts
-    (hosts as blocks, :func:`abbench.stats.blocks.compare_blocks`)."""
+                 hosts: Mapping[int, str] | None = None,
+                 shown: set[int] | None = None) -> None:
+    """Compare every non-baseline cell of ``rows`` with the baseline
+    (:func:`abbench.stats.cells.compare_cell`), then adjust for multiplicity per family
+    (:func:`abbench.stats.cells.adjust_cells`): ``shown``, the ids of the rows the table
+    shows (default: every row). ``hosts``: round -> host when the rounds ran on several
+    hosts (hosts as blocks)."""
     s = settings or StatsConfig()
     if noise_band is not None or alpha is not None:
         s = s.model_copy(update={k: v for k, v in (("noise_band", noise_band),
                                                    ("alpha", alpha)) if v is not None})
     cells: list[Cell] = []
     comps: list[Comparison] = []
+    where: list[tuple[str, bool]] = []
     for row in rows:
         base = row.cells.get(baseline)
         if base is None:
             continue
         b = dict(zip(base.rounds, base.values, strict=True))
+        totals = row.totals or {}
         for arm, cell in row.cells.items():
             if arm == baseline:
                 continue
             a = dict(zip(cell.rounds, cell.values, strict=True))
-            how: dict[str, Any] = dict(direction=row.spec.direction, alpha=s.alpha,
-                                       noise_band=s.band(row.metric), base_name=baseline,
-                                       arm_name=arm)
-            c = compare_blocks(b, a, hosts, **how) if hosts else compare(b, a, **how)
+            c = compare_cell(row.metric, b, a, direction=row.spec.direction, alpha=s.alpha,
+                             noise_band=s.band(row.metric), base_name=baseline, arm_name=arm,
+                             hosts=hosts, totals=(totals[baseline], totals[arm])
+                             if baseline in totals and arm in totals else None)
             cell.comparison = c
             if c is not None:
                 cells.append(cell)
                 comps.append(c)
-    for cell, c in zip(cells, adjust(comps), strict=True):
+                where.append((row.metric, shown is None or id(row) in shown))
+    for cell, c in zip(cells, adjust_cells(comps, [m for m, _ in where],
+                                           [v for _, v in where]), strict=True):
         cell.comparison = c
 
 

@@ -9,6 +9,8 @@ from abbench.model.rows import SERVER_ROW
 from abbench.report.tablemodel import Table
 from abbench.report.text import md_escape
 from abbench.stats.blocks import BlockComparison
+from abbench.stats.decide import PROB
+from abbench.stats.kinds import MIRRORS
 from abbench.stats.paired import Comparison
 
 
@@ -37,9 +39,11 @@ def more_rounds(c: Comparison) -> str:
             return "needs many more hosts"
         k = max(1, c.hosts_needed - have)
         return f"~{k} more host{'s' if k > 1 else ''}"
+    bimodal = ", bimodal noise" if c.bimodal is not None else ""
     if c.rounds_needed is None or c.rounds_needed > MANY_ROUNDS:
-        return f"needs >{MANY_ROUNDS} rounds"
-    return f"~{max(1, c.rounds_needed - c.n)} more round{'s' if c.rounds_needed - c.n > 1 else ''}"
+        return f"needs >{MANY_ROUNDS} rounds{f' ({bimodal[2:]})' if bimodal else ''}"
+    k = max(1, c.rounds_needed - c.n)
+    return f"about {k} more round{'s' if k > 1 else ''} ({PROB * 100:g}%{bimodal})"
 
 
 def render_comparison(c: Comparison) -> str:
@@ -67,7 +71,6 @@ def legend_lines(table: Table) -> list[str]:
     comps = _comparisons(table)
     if not comps:
         return []
-    m = max(c.comparisons for c in comps)
     alpha = comps[0].alpha
     bands = sorted({c.noise_band for c in comps})
     band_s = "/".join(f"±{b * 100:g}%" for b in bands)
@@ -75,17 +78,19 @@ def legend_lines(table: Table) -> list[str]:
     return [
         "Cells: each round's value (a / b), their range (min-max) or the one value every "
         f"round gave; (±x% [lo, hi]) is the change against the baseline with its {level} "
-        f"paired interval. ▲ better / ▼ worse: changed (beyond {band_s}: a one-sided test "
-        f"at the band's edge, p < {alpha * 100:g}% after Benjamini-Hochberg over the run's "
-        f"{m} compared cells, which keeps false \"changed\" under {alpha * 100:g}%; the "
-        f"interval then clears the band); ≈ within noise (the interval inside {band_s}); "
-        "? not decided yet (about how many more rounds would decide it at the noise seen); "
-        "exact: every round gave the same value.",
+        f"interval. ▲ better / ▼ worse: changed (beyond {band_s}: a one-sided test at the "
+        f"band's edge, p < {alpha * 100:g}% after Benjamini-Hochberg over the table's "
+        "measured cells (from 5 of them: over those beyond the band, at twice their p), "
+        "and separately over the rows not shown, which keeps false "
+        f"\"changed\" under {alpha * 100:g}% of each; the interval then clears the band); "
+        f"≈ within noise (the interval inside {band_s}); ? not decided yet (about how many "
+        f"more rounds would decide it with {PROB * 100:g}% probability at the noise seen); "
+        "exact: every round gave the same value of a metric that does not vary (memory, "
+        "token counts), decided on the change as printed and outside the test families; "
+        "counts (quality passes, goodput) are tested as counts.",
     ]
 
 
-#: rows that mirror a shown one (the server's own timings, the device's memory)
-MIRRORS = ("server_decode_tok_s", "server_prefill_tok_s", "device_vram_mib")
 
 
 def also_changed(table: Table) -> str | None:
@@ -129,12 +134,13 @@ def rounds_line(table: Table) -> str | None:
     within = [k for k in known if k <= MANY_ROUNDS]
     text = f"Undecided cells: {len(need)} (this run has {n} rounds)"
     if within:
-        text += f"; at the noise observed, about {max(within)} rounds in all would likely " \
-            f"decide {'them' if len(within) == len(need) else f'{len(within)} of them'}"
+        text += f"; at the noise observed, about {max(within)} rounds in all would decide " \
+            f"{'each of them' if len(within) == len(need) else f'{len(within)} of them'} " \
+            f"with {PROB * 100:g}% probability"
     if len(within) < len(need):
         k = len(need) - len(within)
-        text += f"; {k} {'sits' if k == 1 else 'sit'} so close to the band's edge that more " \
-            f"than {MANY_ROUNDS} would be needed"
+        text += f"; {k} would need more than {MANY_ROUNDS} (close to the band's edge, or " \
+            "too noisy)"
     return text + "." + tail
 
 

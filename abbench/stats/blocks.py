@@ -46,9 +46,11 @@ import numpy as np
 from scipy import stats as sps
 
 from abbench.model.records import Record, Sample
+from abbench.stats.kinds import Kind
 from abbench.stats.paired import (
     Comparison,
     Verdict,
+    band_edges,
     compare,
     log_ratios,
     p_beyond_band_se,
@@ -276,13 +278,14 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
                    alpha: float = 0.05, noise_band: float = 0.01, base_name: str = "baseline",
                    arm_name: str = "arm", rule: Rule = "auto",
                    heterogeneity_alpha: float = HETEROGENEITY_ALPHA,
-                   paired: Comparison | None = None) -> Comparison | None:
+                   paired: Comparison | None = None, kind: Kind = "sampled"
+                   ) -> Comparison | None:
     """One cell with hosts as blocks; ``hosts``: round -> host. With rounds of one host
     only, exactly :func:`~abbench.stats.paired.compare` (``paired``: that comparison,
     when the caller has it already)."""
     c = paired if paired is not None else compare(
         base, arm, direction=direction, alpha=alpha, noise_band=noise_band,
-        base_name=base_name, arm_name=arm_name)
+        base_name=base_name, arm_name=arm_name, kind=kind)
     rounds, d = log_ratios(base, arm) if base and arm else ([], np.array([]))
     names = [hosts.get(r, "?") for r in rounds]
     if c is None or len(set(names)) < 2:
@@ -307,12 +310,13 @@ def compare_blocks(base: Mapping[int, float], arm: Mapping[int, float],
             f"over {k} hosts of one round each (host and round noise cannot be told apart)"
         copy.update(test=f"{c.test}, {how}", warnings=tuple(warnings))
         return BlockComparison(**copy, method="pooled", **extra)
-    p_band = p_beyond_band_se(hi.mean, hi.se, hi.df, band)
+    lo_edge, hi_edge = band_edges(noise_band)
+    p_band = p_beyond_band_se(hi.mean, hi.se, hi.df, hi_edge, lo_edge)
     need = None
     verdict: Verdict
     if p_band < alpha:
         verdict = "changed"
-    elif hi.lo >= -band and hi.hi <= band:
+    elif hi.lo >= lo_edge and hi.hi <= hi_edge:
         verdict = "within_noise"
     else:
         verdict = "inconclusive"

@@ -34,6 +34,9 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as sps
 
+from abbench.stats.decide import bimodal_gap, rounds_to_decide
+from abbench.stats.kinds import Kind
+
 Verdict = Literal["changed", "within_noise", "inconclusive", "too_few_rounds"]
 VERDICTS: tuple[Verdict, ...] = ("changed", "within_noise", "inconclusive", "too_few_rounds")
 
@@ -238,56 +241,44 @@ def benjamini_hochberg(pvalues: Sequence[float]) -> list[float]:
     return out
 
 
-def p_beyond_band_se(mean: float, se: float, df: int, band: float) -> float:
+def band_edges(noise_band: float) -> tuple[float, float]:
+    """The band on the log scale, symmetric in percent: (ln(1 - b), ln(1 + b)), so that
+    -1.0% and +1.0% both sit on its edge."""
+    return math.log1p(-noise_band), math.log1p(noise_band)
+
+
+def p_beyond_band_se(mean: float, se: float, df: int, band: float,
+                     lo: float | None = None) -> float:
     """The p of "the effect lies beyond the band": were the effect at the band's edge
-    (+band or -band, whichever is nearer the estimate), the chance of an estimate at
-    least this far out on either side, t with ``df`` degrees of freedom:
-    t.sf((|mean| - band) / se) + t.sf((|mean| + band) / se). Below alpha it implies the
-    1 - 2 alpha interval clears the band; where the interval is wide (2 or 3 rounds)
-    the far tail keeps the size at alpha. 1 inside the band; se 0 gives 0 or 1."""
-    if abs(mean) <= band:
+    nearer the estimate, the chance of an estimate at least this far out on either
+    side, t with ``df`` degrees of freedom: t.sf((mean - hi) / se) + t.sf((mean - lo) /
+    se) above the band (mirrored below). ``band``: the upper edge (log scale); ``lo``:
+    the lower edge (default -band). Below alpha it implies the 1 - 2 alpha interval
+    clears the band; where the interval is wide (2 or 3 rounds) the far tail keeps the
+    size at alpha. 1 inside the band; se 0 gives 0 or 1."""
+    hi = band
+    lo = -band if lo is None else lo
+    if lo <= mean <= hi:
         return 1.0
     if se == 0.0:
         return 0.0
     if not math.isfinite(se) or df < 1:
         return 1.0
-    a = abs(mean)
-    return float(min(1.0, sps.t.sf((a - band) / se, df) + sps.t.sf((a + band) / se, df)))
+    near, far = (mean - hi, mean - lo) if mean > hi else (lo - mean, hi - mean)
+    return float(min(1.0, sps.t.sf(near / se, df) + sps.t.sf(far / se, df)))
 
 
-def p_beyond_band(mean: float, sd: float, n: int, band: float) -> float:
+def p_beyond_band(mean: float, sd: float, n: int, band: float, lo: float | None = None) -> float:
     """:func:`p_beyond_band_se` of the mean of n log-ratios with sd ``sd`` (log scale);
     sd 0 (every round the same log-ratio) gives 0 or 1."""
     if n < 2:
         return 1.0
-    return p_beyond_band_se(mean, sd / math.sqrt(n), n - 1, band)
+    return p_beyond_band_se(mean, sd / math.sqrt(n), n - 1, band, lo)
 
 
-_N = np.arange(2, 10001)
-_SQRT_N = np.sqrt(_N)
-
-
-@functools.lru_cache(maxsize=16)
-def _t_quantiles(q: float) -> np.ndarray:
-    """t_{q, n-1} for n = 2 .. 10000."""
-    out = sps.t.ppf(q, _N - 1)
-    out.flags.writeable = False
-    return out
-
-
-def rounds_to_decide(mean: float, sd: float, band: float, *, alpha: float = 0.05,
-                     max_n: int = 10000) -> int | None:
-    """About how many rounds in all would decide a cell at this estimate and noise:
-    the smallest n whose 1 - 2 alpha t half-width clears the band (beyond it for
-    "changed", inside it for "within noise"); None when no n up to ``max_n`` would."""
-    gap = abs(abs(mean) - band)
-    if not math.isfinite(sd) or gap == 0:
-        return None
-    if sd == 0:
-        return 2
-    m = min(max_n, int(_N[-1])) - 1
-    ok = np.flatnonzero(_t_quantiles(1 - alpha)[:m] * sd / _SQRT_N[:m] < gap)
-    return int(_N[ok[0]]) if ok.size else None
+def printed_change(change: float) -> float:
+    """A change as the table prints it (a percent to one decimal), as a fraction."""
+    return round(change * 100, 1) / 100
 
 
 @dataclass(frozen=True)
@@ -331,6 +322,13 @@ class Comparison:
     cv: dict[str, float]
     drift: dict[str, float | None]
     warnings: tuple[str, ...]
+    #: the metric's kind (:mod:`abbench.stats.kinds`)
+    kind: Kind = "sampled"
+    #: the multiplicity family the cell was adjusted in (None: exact, in none)
+    family: str | None = None
+    #: server lives at two levels this far apart (log scale), else None; the rounds
+    #: needed then come from that two-level model
+    bimodal: float | None = None
 
     @property
     def mark(self) -> str:
@@ -344,31 +342,38 @@ def _frac(x: float) -> float:
 
 def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: str = "higher",
             alpha: float = 0.05, noise_band: float = 0.01, base_name: str = "baseline",
-            arm_name: str = "arm") -> Comparison | None:
+            arm_name: str = "arm", kind: Kind = "sampled") -> Comparison | None:
     """The paired comparison of one cell, before the table's multiplicity adjustment
     (:func:`adjust`, which :func:`abbench.report.table.compare_rows` applies).
 
-    The verdict rests on the paired t interval of d = ln(arm / baseline) at 1 - 2 alpha,
+    ``rounds_needed`` is left to :func:`adjust`, which knows the family's level. The
+    verdict rests on the paired t interval of d = ln(arm / baseline) at 1 - 2 alpha,
     valid from two rounds: "changed" when the p of "beyond the band"
-    (:func:`p_beyond_band`) is below alpha, which puts the interval wholly outside the
-    band; "within noise" when the interval lies wholly inside; "inconclusive" otherwise.
-    Rounds that give the same log-ratio every time decide at n = 2 ("exact"). The
-    Wilcoxon signed-rank test with its Hodges-Lehmann interval (same level) is the
-    distribution-free cross-check: where d has outlier rounds and that interval reaches
-    into the band while the t test clears it, the cell stays inconclusive (with a
-    warning); where both clear it, an outlier never vetoes the verdict.
+    (:func:`p_beyond_band`, the band :func:`band_edges`) is below alpha, which puts the
+    interval wholly outside the band; "within noise" when the interval lies wholly
+    inside; "inconclusive" otherwise. A ``deterministic`` metric whose rounds give the
+    same log-ratio every time decides at n = 2 ("exact"), on the change as printed
+    (:func:`printed_change`); a ``sampled`` one is never exact (rounds that agree tell
+    nothing of its noise). The Wilcoxon signed-rank test with its Hodges-Lehmann
+    interval (same level) is the distribution-free cross-check: where d has outlier
+    rounds and that interval reaches into the band while the t test clears it, the cell
+    stays inconclusive (with a warning); where both clear it, an outlier never vetoes
+    the verdict.
     """
     rounds, d = log_ratios(base, arm) if base and arm else ([], np.array([]))
     warnings: list[str] = []
     outl: dict[str, list[int]] = {}
     cvs: dict[str, float] = {}
     drifts: dict[str, float | None] = {}
+    logs: dict[str, np.ndarray] = {}
     for name, vals in ((base_name, base), (arm_name, arm)):
         rs = sorted(vals)
         v = [vals[r] for r in rs]
         outl[name] = outlier_rounds(rs, v, floor=noise_band / 4, relative=True)
         cvs[name] = cv(v)
         drifts[name] = drift(rs, v)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs[name] = np.log(np.asarray(v, dtype=float))
         if cvs[name] > CV_WARN:
             warnings.append(f"{name}: CV {cvs[name] * 100:.1f}% > {CV_WARN * 100:.0f}%")
     n = len(rounds)
@@ -377,10 +382,10 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     if not np.all(np.isfinite(d)):  # a value <= 0 (a count of 0): no ratio to compare
         return None
     outl["d"] = outlier_rounds(rounds, list(d), floor=math.log1p(noise_band) / 4)
-    band = math.log1p(noise_band)
+    lo_edge, hi_edge = band_edges(noise_band)
     # exact: every round the same log-ratio (the mean of n equal floats need not be
     # that float, so the sd of d is no test of it)
-    exact = n >= 2 and bool(np.all(d == d[0]))
+    exact = kind == "deterministic" and n >= 2 and bool(np.all(d == d[0]))
     if exact:
         m0 = float(d[0])
         t = TResult(m0, 0.0, m0, m0, 1.0 if m0 == 0 else 0.0)
@@ -388,19 +393,25 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     else:
         t = t_interval(d, 2 * alpha)
         w = wilcoxon_hl(d, 2 * alpha)
-    p_band = p_beyond_band(t.mean, t.sd, n, band)
+    if exact:
+        beyond = abs(printed_change(math.expm1(t.mean))) > round(noise_band * 100, 1) / 100
+        p_band = 0.0 if beyond else 1.0
+    elif n >= 2 and t.sd == 0:  # a sampled metric whose rounds agree: no noise seen
+        p_band = 1.0
+    else:
+        p_band = p_beyond_band(t.mean, t.sd, n, hi_edge, lo_edge)
     test = "exact (every round the same log-ratio)" if exact else "paired t on log-ratios"
     if n < 2:
         verdict: Verdict = "too_few_rounds"
     elif p_band < alpha:
         verdict = "changed"
-        robust_clear = w.lo > band if t.mean > 0 else w.hi < -band
+        robust_clear = w.lo > hi_edge if t.mean > 0 else w.hi < lo_edge
         if outl["d"] and not exact and math.isfinite(w.lo) and not robust_clear:
             verdict = "inconclusive"
             warnings.append("outlier rounds in d: the Hodges-Lehmann interval "
                             f"[{_frac(w.lo) * 100:+.1f}%, {_frac(w.hi) * 100:+.1f}%] reaches "
                             "into the band while the t test clears it")
-    elif t.lo >= -band and t.hi <= band:
+    elif exact or (t.sd > 0 and t.lo >= lo_edge and t.hi <= hi_edge):
         verdict = "within_noise"
     else:
         verdict = "inconclusive"
@@ -413,43 +424,123 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
             warnings.append(f"{name} drifted {dr * 100:+.1f}% across the run, more than the "
                             f"effect ({change * 100:+.1f}%)")
     half = (t.hi - t.lo) / 2 if math.isfinite(t.hi) else math.inf
-    return Comparison(
+    bimodal = None if exact else _bimodal(list(logs.values()))
+    c = Comparison(
         n=n, verdict=verdict, change=change, lo=_frac(t.lo), hi=_frac(t.hi), half_width=half,
         p=p_band, p_raw=p_band, test=test, alpha=alpha, noise_band=noise_band,
         better=(t.mean > 0) == (direction == "higher") if verdict == "changed" else None,
         sd_log=t.sd if math.isfinite(t.sd) else None, t_p=t.p, t_lo=_frac(t.lo),
         t_hi=_frac(t.hi), wilcoxon_p=None if exact else w.p, hl=_frac(w.hl),
-        hl_lo=_frac(w.lo), hl_hi=_frac(w.hi), exact=exact,
-        rounds_needed=rounds_to_decide(t.mean, t.sd, band, alpha=alpha)
-        if verdict in ("inconclusive", "too_few_rounds") else None,
-        comparisons=1, outliers=outl, cv=cvs, drift=drifts, warnings=tuple(warnings))
+        hl_lo=_frac(w.lo), hl_hi=_frac(w.hi), exact=exact, rounds_needed=None,
+        comparisons=1, outliers=outl, cv=cvs, drift=drifts, warnings=tuple(warnings),
+        kind=kind, bimodal=bimodal)
+    return c
 
 
-def adjust(comps: Sequence[Comparison]) -> list[Comparison]:
-    """Benjamini-Hochberg over every cell that has an interval: a "changed" cell whose
-    adjusted p of "beyond the band" is not below alpha becomes inconclusive.
+def _bimodal(logs: Sequence[np.ndarray]) -> float | None:
+    """The gap between the two levels when an arm's server lives sit at two."""
+    gaps = [g for x in logs for g in [bimodal_gap(x)] if g is not None]
+    return max(g for g, _share in gaps) if gaps else None
 
-    An exact cell inside the band (every round the same log-ratio, within the band)
-    has no sampling noise and cannot become a false "changed": it is left out of the
-    family, so that a table full of equal memory and token counts does not dilute the
-    rows that were measured with noise."""
-    idx = [k for k, c in enumerate(comps) if c.p_raw is not None and c.n >= 2
-           and not (c.exact and c.verdict == "within_noise")]
+
+def rounds_for(c: Comparison, alpha_changed: float,
+               pooled: tuple[float, int, float | None] | None = None) -> int | None:
+    """Rounds in all that would decide an undecided cell with 80% chance
+    (:func:`abbench.stats.decide.rounds_to_decide`), "changed" at ``alpha_changed``
+    (the family's adjusted level); None for a decided cell. Under bimodal lives the sd
+    is the two-level model's: lives at either level with even odds on each arm."""
+    if c.verdict not in ("inconclusive", "too_few_rounds") or c.change is None \
+            or c.sd_log is None:
+        return None
+    lo, hi = band_edges(c.noise_band)
+    sd, known = c.sd_log, False
+    df = None
+    spread = None
+    if pooled is not None and pooled[1] > c.n - 1:
+        sd, df, spread = pooled
+    if c.bimodal is not None:
+        sd, known = max(sd, c.bimodal / math.sqrt(2.0)), True
+    return rounds_to_decide(math.log1p(c.change), sd, c.n, lo, hi, alpha_changed=alpha_changed,
+                            alpha_within=c.alpha, sd_known=known, df=df, spread=spread)
+
+
+def pooled_sd(comps: Sequence[Comparison]) -> tuple[float, int, float | None] | None:
+    """Over cells of one metric: the sd of d pooled (variances weighted by their degrees
+    of freedom), its degrees of freedom, and, from three cells on, the variance of the
+    true effects around 0 (the mean of estimate^2 - se^2, at least 0; None below);
+    None without two rounds anywhere."""
+    cells = [(c.sd_log, c.n, c.change) for c in comps if c.sd_log is not None and c.n >= 2
+             and math.isfinite(c.sd_log) and not c.exact and c.change is not None]
+    df = sum(n - 1 for _s, n, _m in cells)
+    if df == 0:
+        return None
+    var = sum(s * s * (n - 1) for s, n, _m in cells) / df
+    spread = None
+    if len(cells) >= 3:
+        spread = max(0.0, float(np.mean([math.log1p(m) ** 2 - var / n for _s, n, m in cells])))
+    return math.sqrt(var), df, spread
+
+
+#: a cell joins its family's test when its p is at most this (for "beyond the band",
+#: when its estimate lies beyond the band), and its p is divided by it ...
+SELECT = 0.5
+#: ... in families of at least this many cells; a smaller one is tested whole: its
+#: cells are mostly the change itself (the users' three decode rows), and doubling
+#: their p would cost more than the few null cells dilute
+SELECT_FROM = 5
+
+
+def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
+           metrics: Sequence[str] | None = None) -> list[Comparison]:
+    """Multiplicity within each family (``families[k]``: cell k's; default one family).
+
+    Exact cells (every round the same log-ratio of a deterministic metric) carry no
+    sampling error and stay outside every family. A family of fewer than
+    :data:`SELECT_FROM` cells is adjusted whole (Benjamini-Hochberg). In a larger one,
+    the cells whose p is at most :data:`SELECT` (an estimate
+    beyond the band) are tested, each at p / SELECT, with Benjamini-Hochberg over them
+    alone: a p of "beyond the band" is uniformly conservative (at the band's edge
+    P(p <= t | p <= SELECT) = t / SELECT, and less inside the band), so the rescaled
+    p is valid given the selection (Zhao, Small and Su, JASA 2019), and the many cells
+    whose estimate sits inside the band no longer dilute the one that moved. A "changed"
+    cell whose adjusted p is not below alpha becomes inconclusive. An undecided cell's
+    rounds are then those that would decide it at its family's adjusted level, with the
+    sd pooled over the family's cells of its metric (``metrics[k]``: cell k's) where
+    there are several: at 3 rounds one cell's sd has 2 degrees of freedom, and the cells
+    whose rounds happened to agree would promise a verdict in a few more."""
+    fam = list(families) if families is not None else ["table"] * len(comps)
+    met = list(metrics) if metrics is not None else [""] * len(comps)
+    pools = {key: pooled_sd([c for c, f, m in zip(comps, fam, met, strict=True)
+                             if (f, m) == key and c.kind == "sampled"])
+             for key in set(zip(fam, met, strict=True))}
     out = list(comps)
-    adj = benjamini_hochberg([comps[k].p_raw for k in idx])  # type: ignore[misc]
-    for k, pa in zip(idx, adj, strict=True):
-        c = comps[k]
-        verdict = c.verdict
-        if verdict == "changed" and pa >= c.alpha:
-            verdict = "inconclusive"
-        need = c.rounds_needed
-        if verdict == "inconclusive" and need is None and c.verdict == "changed":
-            need = c.n + 1  # decided at alpha, not yet after the adjustment
-        out[k] = replace(c, p=pa, verdict=verdict, comparisons=len(idx), rounds_needed=need,
-                         better=c.better if verdict == "changed" else None)
+    for name in dict.fromkeys(fam):
+        idx = [k for k, c in enumerate(comps) if fam[k] == name and c.p_raw is not None
+               and c.n >= 2 and not c.exact]
+        raw = [float(comps[k].p_raw) for k in idx]  # type: ignore[arg-type]
+        if len(idx) >= SELECT_FROM:
+            sel = [j for j, p in enumerate(raw) if p <= SELECT]
+            adj = [1.0] * len(idx)
+            for j, pa in zip(sel, benjamini_hochberg([raw[j] / SELECT for j in sel]),
+                             strict=True):
+                adj[j] = pa
+            m, scale = max(1, len(sel)), SELECT
+        else:
+            adj, m, scale = benjamini_hochberg(raw), max(1, len(idx)), 1.0
+        kept = sum(1 for k, pa in zip(idx, adj, strict=True)
+                   if comps[k].verdict == "changed" and pa < comps[k].alpha)
+        for k, pa in zip(idx, adj, strict=True):
+            c = comps[k]
+            verdict = c.verdict
+            if verdict == "changed" and pa >= c.alpha:
+                verdict = "inconclusive"
+            c = replace(c, p=pa, verdict=verdict, comparisons=len(idx), family=name,
+                        better=c.better if verdict == "changed" else None)
+            joins = m + (1 if scale < 1 and (c.p_raw or 1.0) > SELECT else 0)
+            level = c.alpha * scale * min(joins, kept + 1) / joins
+            pool = pools[fam[k], met[k]] if c.kind == "sampled" else None
+            out[k] = replace(c, rounds_needed=rounds_for(c, level, pool))
     return out
-
-
 
 
 def as_json(c: Comparison) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -173,7 +174,7 @@ def test_wilcoxon_alone_cannot_say_changed_when_t_disagrees() -> None:
     assert c is not None and c.test.startswith("paired t") and c.outliers["d"] == [1, 3]
     assert c.wilcoxon_p == pytest.approx(2 / 64) and c.hl_lo is not None and c.hl_lo > 0.01
     assert c.t_lo is not None and c.t_lo < 0.01  # the t interval does not clear the band
-    assert c.verdict == "inconclusive" and c.rounds_needed is not None
+    assert c.verdict == "inconclusive" and stats.adjust([c])[0].rounds_needed is not None
     # a clear effect with one wild round: Wilcoxon alone would say changed, the t test
     # (widened by the wild round) does not: inconclusive, and the report says why
     d = D.copy()
@@ -198,10 +199,19 @@ def test_the_adjustment_can_demote_changed() -> None:
                                     0.0001])), noise_band=0.001)
     assert c is not None and null is not None and c.verdict == "changed"
     assert c.p_raw is not None and 0.05 / 400 < c.p_raw < 0.05
+    # cells whose estimate sits inside the band (p 1) do not dilute the one that moved
+    assert null.p_raw == 1.0
     out = stats.adjust([c] + [null] * 399)
+    assert out[0].verdict == "changed" and out[0].comparisons == 400
+    assert out[0].p == pytest.approx(2 * c.p_raw)  # alone in the test, at p / SELECT
+    # cells beyond the band but not clear of it (p 0.3) do
+    beyond = replace(null, p_raw=0.3, p=0.3)
+    out = stats.adjust([c] + [beyond] * 399)
     assert out[0].verdict == "inconclusive" and out[0].comparisons == 400
-    assert out[0].p == pytest.approx(min(1.0, 400 * c.p_raw))
+    assert out[0].p == pytest.approx(min(1.0, 400 * 2 * c.p_raw))
     assert out[0].rounds_needed is not None and out[0].rounds_needed > c.n
+    # a family of one cell keeps its p
+    assert stats.adjust([c])[0].p == c.p_raw
 
 
 def test_per_metric_noise_band() -> None:
@@ -221,7 +231,8 @@ def _records(effects: dict[str, float], n: int, seed: int = 1) -> list[dict]:
                 v = 52.0 * math.exp(eff + rng.normal(0, 0.004))
                 recs.append({"type": "sample", "valid": True, "arm": arm, "round": r,
                              "rep": rep, "workload": "decode 32K",
-                             "metrics": {"decode_tok_s": v, "ttft_ms": 900 * math.exp(-eff)}})
+                             "metrics": {"decode_tok_s": v,
+                                         "ttft_ms": 900 * math.exp(-eff + rng.normal(0, 0.004))}})
     return recs
 
 
@@ -236,8 +247,11 @@ def test_table_cells_legend_details_and_json() -> None:
     row = next(line for line in md.splitlines() if line.startswith("| decode 32K (tok/s)"))
     assert re.search(r"\| \d+\.\d\d-\d+\.\d\d \(\+\d\.\d% \[\+\d\.\d, \+\d\.\d\]\) ▲ \|", row)
     assert "≈" in row
-    # 4 cells, less the exact one inside the band (the twin's TTFT): 3 in the family
-    assert "Benjamini-Hochberg over the run's 3 compared cells" in md
+    # the table's 4 shown cells are one family: TTFT is timed, so never exact
+    assert "Benjamini-Hochberg over the table's measured cells" in md
+    fams = {c.comparison.family for r in table.rows for a, c in r.cells.items()
+            if a != "base" and c.comparison is not None}
+    assert fams == {"table"}
     assert "<details><summary>Statistics per row</summary>" in md
     assert "paired t on log-ratios" in md
     ttft = next(line for line in md.splitlines() if line.startswith("| decode 32K TTFT"))
@@ -256,7 +270,7 @@ def test_two_rounds_decide_and_one_round_says_so_in_the_cell() -> None:
     md = render_markdown(table)
     row = next(line for line in md.splitlines() if line.startswith("| decode 32K (tok/s)"))
     assert "▲" in row.split("|")[3]  # +5% at 0.4% noise: 2 rounds decide
-    assert "? needs" in row.split("|")[4] or "? ~" in row.split("|")[4]  # one round: "?"
+    assert "? needs" in row.split("|")[4] or "? about" in row.split("|")[4]  # one round: "?"
 
     def strict(name: str) -> None:
         raise AssertionError(f"not JSON: {name}")
@@ -324,3 +338,37 @@ def test_negligible_wobble_is_no_outlier() -> None:
     c = stats.compare(base, arm, direction="lower")
     assert c is not None and c.outliers["d"] == [] and c.test == "paired t on log-ratios"
     assert c.verdict == "changed" and c.better is True and c.p < 1e-6
+
+
+def test_kinds_say_which_metrics_can_be_exact() -> None:
+    from abbench.stats.kinds import family, kind
+
+    assert kind("peak_vram_mib") == "deterministic" and kind("misses_per_token_l2") == \
+        "deterministic"
+    assert kind("load_goodput") == kind("quality") == "counted"
+    assert kind("decode_tok_s") == kind("my_collector_metric") == "sampled"
+    assert family("decode_tok_s", True) == "table"
+    assert family("server_decode_tok_s", True) == family("ttft_ms", False) == "also"
+
+
+def test_rounds_to_decide_is_a_probability_and_names_bimodal_noise() -> None:
+    from abbench.report.verdicts import more_rounds
+    from abbench.stats.decide import bimodal_gap, decide_probability, rounds_to_decide
+
+    lo, hi = math.log1p(-0.01), math.log1p(0.01)
+    how = dict(alpha_changed=0.05, alpha_within=0.05)
+    n = rounds_to_decide(0.03, 0.02, 4, lo, hi, **how)
+    assert n is not None and n > 4
+    grid = np.array([float(n - 1), float(n)])
+    p = decide_probability(0.03, 0.02, 4, lo, hi, grid, **how)
+    assert p[0] < 0.8 <= p[1]  # the smallest N with an 80% chance
+    # a point solve of the sd would promise fewer rounds than its sampling distribution
+    assert n >= (rounds_to_decide(0.03, 0.02, 4, lo, hi, sd_known=True, **how) or 0)
+    rng = np.random.default_rng(1)
+    two = np.log(np.r_[np.full(4, 100.0), np.full(4, 109.0)] * np.exp(rng.normal(0, 0.003, 8)))
+    assert bimodal_gap(two) is not None and bimodal_gap(rng.normal(0, 0.01, 8)) is None
+    b, a = _pair(np.array([0.02, 0.03, -0.01, 0.025, 0.04, -0.02]))
+    c = stats.adjust([compare(b, a)])[0]
+    text = more_rounds(c)
+    assert text.startswith(("about", "needs >")) and ("(80%" in text or "needs >" in text)
+    assert "bimodal" in more_rounds(replace(c, bimodal=0.086))

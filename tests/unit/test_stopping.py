@@ -12,16 +12,29 @@ from abbench.config.stats import StatsConfig
 from abbench.model.records import parse_records
 from abbench.report.table import table_of
 from abbench.stats.paired import compare
-from abbench.stats.stopping import EARLY, half_width_95, look_alphas, stop_reason
+from abbench.stats.stopping import (
+    EARLY,
+    ON_VERDICTS,
+    half_width_95,
+    look_alphas,
+    report_alpha,
+    stop_reason,
+)
 from tests.recordkit import lives
 
 
-def test_the_looks_and_the_report_share_alpha() -> None:
+def test_only_a_stop_on_verdicts_spends_alpha() -> None:
     s = StatsConfig(alpha=0.05)
     early, end = look_alphas(s, 6)
-    assert early == pytest.approx(EARLY * 0.05 / 5) and end == pytest.approx(0.8 * 0.05)
-    assert 5 * early + end == pytest.approx(0.05)  # Bonferroni: never more than alpha
+    assert early == pytest.approx(EARLY * 0.05 / 5) and end == 0.05
     assert look_alphas(s, 1) == (0.05, 0.05)
+    # a run that stopped on verdicts is reported at the alpha its stop was decided at;
+    # otherwise alpha less the looks it took before the last planned one
+    assert report_alpha(s, early, ON_VERDICTS, 3) == early
+    width = "every watched 95% interval's half-width is at or under 1%"
+    assert report_alpha(s, early, width, 1) == pytest.approx(0.05 - early)
+    assert report_alpha(s, early, "the cap of 12 rounds was reached", 5) == pytest.approx(
+        0.05 - 5 * early) == pytest.approx((1 - EARLY) * 0.05)  # every look: the old split
 
 
 def test_the_width_stop_uses_the_95_interval() -> None:

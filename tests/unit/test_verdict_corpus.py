@@ -7,8 +7,10 @@ A later change to the statistics cannot bring the abstentions back (or a false
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from abbench.model.records import parse_records
@@ -52,6 +54,23 @@ CASES = {
                                       [52.556, 63.27, 52.874, 70.158, 71.023, 72.256],
                                       "changed"),
     "one round: no interval": ("decode_tok_s", [50.0], [60.0], "too_few_rounds"),
+    # counts are never exact (issue 27): goodput is a share of 32 requests, and two
+    # rounds that agree by chance say nothing of its noise
+    "goodput A/A agreeing by chance": ("load_goodput", [0.96875, 0.96875],
+                                       [0.96875, 0.96875], "inconclusive"),
+    "goodput near-tie at n=2 (was +3.3% [+2.9, +3.6] ▲)": (
+        "load_goodput", [0.9375, 0.96875], [0.96875, 1.0], "inconclusive"),
+    # band edges on the change as printed, symmetric in percent
+    "exact +1.00% is the band's edge": ("peak_vram_mib", [1000, 1000], [1010, 1010],
+                                        "within_noise"),
+    "exact +0.99% prints +1.0% too": ("peak_vram_mib", [1000, 1000], [1009.9, 1009.9],
+                                      "within_noise"),
+    "exact -1.00% is the band's edge too": ("peak_vram_mib", [1000, 1000], [990, 990],
+                                            "within_noise"),
+    "exact +1.1% is beyond it": ("peak_vram_mib", [1000, 1000], [1011, 1011], "changed"),
+    # a timed metric whose two rounds agree: no noise seen, never exact
+    "timed rounds that agree are not exact": ("decode_tok_s", [50.0, 50.0], [55.0, 55.0],
+                                              "inconclusive"),
 }
 
 
@@ -77,11 +96,57 @@ def test_each_case_alone(name: str) -> None:
 
 
 def test_the_whole_corpus_as_one_table() -> None:
-    """Benjamini-Hochberg over all ten cells keeps every clear verdict."""
+    """Benjamini-Hochberg over the table's noisy cells keeps every clear verdict; the
+    real A/A's p of 0.035, alone at 5%, does not survive beside seven other noisy cells
+    (and exact cells are in no family)."""
     table = table_of(parse_records(lives(_records(CASES))), META, rows="all")
     got = {name: row.cells["pr"].comparison.verdict  # type: ignore[union-attr]
            for name, row in zip(CASES, table.rows, strict=True)}
-    assert got == {name: case[3] for name, case in CASES.items()}
+    want = {name: case[3] for name, case in CASES.items()}
+    want["real A/A, six rounds one side"] = "inconclusive"
+    assert got == want
+
+
+def _quality(base: list[int], arm: list[int], items: int) -> list[dict]:
+    return [{"type": "sample", "valid": True, "arm": a, "round": r, "workload": "quality",
+             "metrics": {"quality": float(v), "quality_total": float(items)}}
+            for a, vals in (("base", base), ("pr", arm)) for r, v in enumerate(vals)]
+
+
+def test_pass_counts_are_tested_as_counts() -> None:
+    """7/8, 7/8 against 8/8, 8/8 read "+14.3% exact ▲" before issue 27: a count."""
+    table = table_of(parse_records(lives(_quality([7, 7], [8, 8], 8))), META, rows="all")
+    c = next(r for r in table.rows if r.metric == "quality").cells["pr"].comparison
+    assert c is not None and not c.exact and c.verdict == "inconclusive"
+    assert c.kind == "counted" and "Fisher" in c.test
+    # a real loss of items over many rounds is called
+    table = table_of(parse_records(lives(_quality([60] * 6, [40] * 6, 64))), META, rows="all")
+    c = next(r for r in table.rows if r.metric == "quality").cells["pr"].comparison
+    assert c is not None and c.verdict == "changed" and c.better is False
+
+
+def test_exact_memory_changes_leave_the_noisy_rows_their_alpha() -> None:
+    """Six exact -40% memory rows beside four null noisy rows: the exact cells are in no
+    family, so BH runs over the four noisy cells alone."""
+    rng = np.random.default_rng(7)
+    recs = []
+    for r in range(2):
+        for arm in ("base", "pr"):
+            for k in range(6):
+                recs.append({"type": "sample", "valid": True, "arm": arm, "round": r,
+                             "workload": f"mem {k}", "metrics": {
+                                 "peak_vram_mib": 12480.0 if arm == "base" else 7458.0}})
+            for k in range(4):
+                recs.append({"type": "sample", "valid": True, "arm": arm, "round": r,
+                             "workload": f"decode {k}", "metrics": {
+                                 "decode_tok_s": 50.0 * math.exp(rng.normal(0, 0.03))}})
+    table = table_of(parse_records(lives(recs)), META, rows="all")
+    cells = [row.cells["pr"].comparison for row in table.rows]
+    mem = [c for c in cells if c is not None and c.exact]
+    noisy = [c for c in cells if c is not None and not c.exact]
+    assert len(mem) == 6 and all(c.verdict == "changed" and c.family is None for c in mem)
+    assert len(noisy) == 4 and all(c.comparisons == 4 for c in noisy)
+    assert all(c.verdict != "changed" for c in noisy)
 
 
 def test_h200_seed_run_decides_vram_misses_and_side_calls() -> None:

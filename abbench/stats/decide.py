@@ -1,0 +1,127 @@
+"""How many rounds in all would decide an undecided cell, with a stated probability.
+
+The answer is a predictive probability, not a point solve: the true sd is drawn from
+the sampling distribution of the sd seen (sigma^2 = s^2 df / chi^2_df, at
+:data:`SD_POINTS` quantiles; the sd pooled over the cells of one metric in a family,
+which share the server's noise, with their degrees of freedom:
+:func:`abbench.stats.paired.adjust`), and the true effect from its distribution given
+the rounds so far: a flat prior, or, where like cells (one metric in one family) show
+how far true effects spread around 0, a normal prior of that spread (empirical Bayes),
+which pulls an estimate that is mostly noise back towards 0. The sd the N rounds will
+show is the pool of today's rounds and sigma. A cell is decided at N when its estimate
+clears the band by the t half-width at the family's adjusted level ("changed";
+one-sided at ``alpha_changed``) or its 1 - 2 alpha interval lies inside the band
+("within noise"). The rounds are the smallest N where the chance of either reaches
+``prob`` (80% by default).
+
+``bimodal``: server lives sit at two levels; the sd of the rounds is then known from
+the levels (:func:`bimodal_gap`), and the model's sd is used without drawing it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+from scipy import special as sc
+from scipy import stats as sps
+
+#: the probability "about k more rounds" is stated at
+PROB = 0.8
+#: quantiles of the sd's sampling distribution averaged over
+SD_POINTS = 32
+#: no answer beyond this many rounds in all
+MAX_N = 10000
+
+
+@functools.lru_cache(maxsize=256)
+def _sigma_scale(df: int) -> np.ndarray:
+    """sqrt(df / chi^2_df) at the midpoint quantiles: sigma / s."""
+    q = (np.arange(SD_POINTS) + 0.5) / SD_POINTS
+    out = np.sqrt(df / sps.chi2.ppf(q, df))[:, None]
+    out.flags.writeable = False
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _coarse(n: int) -> np.ndarray:
+    """The N first tried: every one of the next 16, then a geometric grid to MAX_N."""
+    near = np.arange(n + 1, n + 17)
+    far = np.geomspace(n + 17, max(MAX_N, n + 18), 48).astype(int)
+    out = np.unique(np.concatenate([near, far])).astype(float)
+    out.flags.writeable = False
+    return out
+
+
+def decide_probability(mean: float, sd: float, n: int, lo: float, hi: float,
+                       big_n: np.ndarray, *, alpha_changed: float, alpha_within: float,
+                       sd_known: bool = False, df: int | None = None,
+                       spread: float | None = None) -> np.ndarray:
+    """The chance the cell is decided after N rounds in all, for each N of ``big_n``
+    (``df``: the sd's degrees of freedom, n - 1 unless pooled; ``spread``: the variance
+    of the true effects around 0 among like cells, None for a flat prior)."""
+    sigma = sd * (np.ones((1, 1)) if sd_known else _sigma_scale(df or n - 1))
+    big = big_n[None, :]
+    se2 = sigma**2 / n
+    w = np.ones_like(se2) if spread is None else spread / (spread + se2)
+    centre = (n + (big - n) * w) * mean / big  # the mean of the N rounds, expected
+    tau = ((big - n) / big) * np.sqrt(w * se2 + sigma**2 / (big - n))
+    s_n = np.sqrt(((n - 1) * sd**2 + (big - n) * sigma**2) / (big - 1)) / np.sqrt(big)
+    h_c = sc.stdtrit(big - 1, 1 - alpha_changed) * s_n
+    h_w = sc.stdtrit(big - 1, 1 - alpha_within) * s_n
+    up = sc.ndtr((centre - hi - h_c) / tau)
+    down = sc.ndtr((lo - h_c - centre) / tau)
+    inside = np.maximum(sc.ndtr((hi - h_w - centre) / tau)
+                        - sc.ndtr((lo + h_w - centre) / tau), 0.0)
+    return np.asarray((up + down + inside).mean(axis=0))
+
+
+def rounds_to_decide(mean: float, sd: float, n: int, lo: float, hi: float, *,
+                     alpha_changed: float, alpha_within: float, prob: float = PROB,
+                     sd_known: bool = False, df: int | None = None,
+                     spread: float | None = None) -> int | None:
+    """The smallest N (rounds in all, > n) at which the cell is decided with chance
+    ``prob`` (see the module's text): a coarse grid, then bisection in the first gap
+    that crosses; None when no N up to :data:`MAX_N` would, or there is no sd yet
+    (under 2 rounds)."""
+    if n < 2 or not (math.isfinite(sd) and math.isfinite(mean)) or sd <= 0:
+        return None
+    how: dict[str, Any] = dict(alpha_changed=alpha_changed, alpha_within=alpha_within,
+                               sd_known=sd_known, df=df, spread=spread)
+    grid = _coarse(n)
+    ok = np.flatnonzero(decide_probability(mean, sd, n, lo, hi, grid, **how) >= prob)
+    if ok.size == 0:
+        return None
+    i = int(ok[0])
+    if i == 0:
+        return int(grid[0])
+    a, b = int(grid[i - 1]), int(grid[i])  # a falls short, b reaches prob
+    while b - a > 1:
+        mid = (a + b) // 2
+        if decide_probability(mean, sd, n, lo, hi, np.array([float(mid)]), **how)[0] >= prob:
+            b = mid
+        else:
+            a = mid
+    return b
+
+
+def bimodal_gap(values: np.ndarray, *, ratio: float = 4.0, floor: float = 0.01
+                ) -> tuple[float, float] | None:
+    """(gap, share above) when an arm's log-values sit at two levels: the widest gap
+    between sorted values, with at least two on each side, is over ``ratio`` times the
+    pooled sd within the two groups and over ``floor``; None below 6 values or
+    otherwise."""
+    x = np.sort(np.asarray(values, dtype=float))
+    if x.size < 6 or not np.all(np.isfinite(x)):
+        return None
+    gaps = np.diff(x)[1:-1]  # splits with at least two values on each side
+    k = int(np.argmax(gaps)) + 2  # split before x[k]
+    low, high = x[:k], x[k:]
+    within = math.sqrt((low.var(ddof=1) * (low.size - 1) + high.var(ddof=1) * (high.size - 1))
+                       / (x.size - 2))
+    gap = float(high.mean() - low.mean())
+    if x[k] - x[k - 1] <= max(ratio * within, floor):
+        return None
+    return gap, high.size / x.size
