@@ -90,7 +90,7 @@ def format_check(result: CheckResult, results: Path | None = None) -> str:
                      f"({WORDS[st.verdict]}; {s.direction} is better)")
         began = f"began in run {r.began.run_id}"
         if r.began.run_id != result.newest:
-            began += f" (newest run {result.newest} still there)"
+            began += f" (the newest run, {result.newest}, is still at that level)"
         lines.append(f"  {began}; last good run {r.last_good.run_id}")
         if r.last_good.commit or r.began.commit:
             lines.append(f"  commits {r.last_good.commit or '?'}..{r.began.commit or '?'}")

@@ -153,4 +153,4 @@ def _thin(xs: list[int], most: int) -> list[int]:
 
 def _legend_name(s: Series) -> str:
     model = f" [{s.key.model}]" if s.key.model else ""
-    return f"{s.name}{model}"
+    return f"{s.display}{model}"

@@ -150,9 +150,16 @@ class Series:
         return Row(self.workload, self.metric, spec(self.metric), {}).label
 
     @property
+    def display(self) -> str:
+        """Its name as people read it: the newest label, with the arm's name when the
+        label does not start with it (``prod (a)``; ``fork 1a2b3c4`` as it is)."""
+        label = self.points[-1].label if self.points else self.name
+        return label if label.startswith(self.name) else f"{label} ({self.name})"
+
+    @property
     def title(self) -> str:
         model = f" [{self.key.model}]" if self.key.model else ""
-        return f"{self.name}: {self.row_label}{model}"
+        return f"{self.display}: {self.row_label}{model}"
 
     @property
     def slug(self) -> str:

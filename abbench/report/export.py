@@ -29,9 +29,10 @@ def interval(values: list[float]) -> tuple[float, float, float]:
 
 
 def render_bencher(table: Table) -> str:
-    """BMF JSON: one benchmark per (arm, row), ``<arm label>: <row label>`` (stable
-    across runs when the label is), one measure per metric with ``value`` (the rounds'
-    mean) and ``lower_value``/``upper_value`` (its 95% interval)."""
+    """BMF JSON: one benchmark per (arm, row), ``<arm name>: <row id>`` (the name, not
+    the label, which for a git arm carries the commit and would start a new benchmark
+    each run), one measure per metric with ``value`` (the rounds' mean) and
+    ``lower_value``/``upper_value`` (its 95% interval)."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for row in table.rows + table.hidden:
         for arm, cell in row.cells.items():
@@ -39,7 +40,7 @@ def render_bencher(table: Table) -> str:
             if not vals:
                 continue
             mean, lo, hi = interval(vals)
-            name = f"{table.labels.get(arm, arm)}: {row.workload}"
+            name = f"{arm}: {row.workload}"
             out.setdefault(name, {})[measure_slug(row.metric)] = {
                 "value": mean, "lower_value": lo, "upper_value": hi}
     return json.dumps(out, indent=2, sort_keys=True) + "\n"
