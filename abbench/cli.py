@@ -266,14 +266,16 @@ def history(
                                              )] = 5.0,
     x: Annotated[XAxisOpt, typer.Option("--x", help="x axis: run time or run (commit) "
                                         "order")] = XAxisOpt.time,
+    window: Annotated[int | None, typer.Option(min=1, hidden=True)] = None,
 ) -> Output:
-    """Each arm label's value per run over time, regressions marked; --check gates CI.
+    """Each series (an arm's row and metric on one model) over runs, change points
+    judged with each run's rounds; --check gates CI; --html writes a site.
 
     Example: abbench history --metric decode_tok_s --workload "decode 1K" --out h.png --check
     """
     return commands.history(results, metrics=metric, workloads=workload, labels=label,
                             out_path=out, html=html, otava=otava, check=check,
-                            threshold=threshold, x=x.value)
+                            threshold=threshold, x=x.value, window=window)
 
 
 @app.command()

@@ -237,7 +237,8 @@ def compare(run_a: str, run_b: str, results: Path, *, fmt: Format) -> Output:
 
 def history(results: Path, *, metrics: list[str] | None, workloads: list[str] | None,
             labels: list[str] | None, out_path: Path | None, html: Path | None,
-            otava: Path | None, check: bool, threshold: float, x: str) -> Output:
+            otava: Path | None, check: bool, threshold: float, x: str,
+            window: int | None = None) -> Output:
     """``abbench history``: series, a plot, a site, exports, or the regression gate."""
     limit = threshold / 100
     with open_index(results) as ix:
@@ -245,6 +246,9 @@ def history(results: Path, *, metrics: list[str] | None, workloads: list[str] | 
         problems = ix.run_errors() + ix.problems()
         runs = ix.runs()
     out = Output()
+    if window is not None:  # scripts written for the lookback detector keep working
+        out.stderr.append("warning: --window is no longer used: each step is judged with "
+                          "the runs' own rounds and the spread between runs")
     out.warn(problems)
     verdict = check_history(series, threshold=limit)
     if out_path is not None:

@@ -296,3 +296,25 @@ def test_stored_examples_keep_models_apart(tmp_path: Path) -> None:
             loaded[run.name] = {Path(v["model_path"]).name for v in servers.values()}
     for s in series:
         assert all(loaded[p.run_id] == {s.key.model} for p in s.points), s.title
+
+
+def test_a_declared_series_joins_arms_of_other_names(results: Path, tmp_path: Path) -> None:
+    """``series: main`` in the arms file: run.json carries it, and arms named otherwise in
+    other arms files join one series."""
+    from abbench.campaign.runner import arm_meta
+    from abbench.config.schema import load_config
+
+    arms = tmp_path / "arms.yaml"
+    arms.write_text("arms:\n  - name: nightly\n    series: main\n    start: [srv, '{port}']\n"
+                    "  - name: base\n    start: [srv, '{port}']\n"
+                    "workloads:\n  - contexts: [64]\n    decode_tokens: 8\n")
+    nightly, base = load_config(arms).resolved_arms()
+    assert arm_meta(nightly)["series"] == "main" and "series" not in arm_meta(base)
+    for day, name in enumerate(("nightly", "main-build", "nightly")):
+        run = make_run(results, day, {name: [100.0, 101.0], "base": [100.0, 100.0]})
+        meta = run.meta()
+        meta["arms"][0]["series"] = "main"
+        (run.path / "run.json").write_text(json.dumps(meta))
+    with open_index(results) as ix:
+        names = sorted((s.name, len(s.points)) for s in build_series(ix, ["decode_tok_s"]))
+    assert names == [("base", 3), ("main", 3)]
