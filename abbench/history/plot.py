@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import math
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from abbench.history.series import Series, sort_key
 from abbench.model.metrics import spec
 
 XAxis = Literal["time", "commit"]
+LEGEND_COLUMNS = 2
 
 @dataclass(frozen=True)
 class Panel:
@@ -55,8 +57,11 @@ def plot_history(series: list[Series], out: Path, *, x: XAxis = "time",
     by_row = groups(series)
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 3.4 * len(by_row)), layout="constrained")
-    axes = fig.subplots(len(by_row), 1, squeeze=False)[:, 0]
+    # each panel's legend sits below it, LEGEND_COLUMNS names a line: room for its lines
+    heights = [3.4 + 0.25 * math.ceil(len(g) / LEGEND_COLUMNS) + (0.6 if x == "commit" else 0)
+               for g in by_row.values()]
+    fig = Figure(figsize=(10, sum(heights)), layout="constrained")
+    axes = fig.subplots(len(by_row), 1, squeeze=False, height_ratios=heights)[:, 0]
     order = _commit_order(series) if x == "commit" else {}
     panels = []
     for ax, ((metric, workload), group) in zip(axes, by_row.items(), strict=True):
@@ -73,7 +78,9 @@ def plot_history(series: list[Series], out: Path, *, x: XAxis = "time",
         for ax in axes:
             ax.tick_params(axis="x", labelrotation=30)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format=fmt, dpi=100)
+    with warnings.catch_warnings():  # a layout that does not fit is drawn as it is
+        warnings.simplefilter("ignore", UserWarning)
+        fig.savefig(out, format=fmt, dpi=100)
     return PlotSummary(out, panels)
 
 
@@ -91,7 +98,7 @@ def _draw_panel(ax: Any, metric: str, workload: str, group: list[Series], x: XAx
         ys = [p.value for p in s.points]
         lo = [p.value - p.lo for p in s.points]
         hi = [p.hi - p.value for p in s.points]
-        name = _legend_name(s)
+        name = _legend_name(s, tokens=len({g.key.decode_tokens for g in group}) > 1)
         style = next(styles)
         if len(xs) <= 200:
             line = ax.errorbar(xs, ys, yerr=[lo, hi], fmt=style, ms=4, capsize=3, lw=1.2,
@@ -119,8 +126,9 @@ def _draw_panel(ax: Any, metric: str, workload: str, group: list[Series], x: XAx
                  f"{threshold * 100:g}%]", fontsize=9)
     ax.set_ylabel(f"{sp.label}{unit}")
     ax.grid(True, alpha=0.3)
-    ncol = min(4, max(1, len(group)))
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=ncol,
+    ncol = min(LEGEND_COLUMNS, max(1, len(group)))
+    ax.legend(fontsize=7, loc="upper center", ncol=ncol,
+              bbox_to_anchor=(0.5, -0.36 if x == "commit" else -0.18),
               frameon=False)
     return Panel(metric, workload, counts, marked)
 
@@ -151,6 +159,8 @@ def _thin(xs: list[int], most: int) -> list[int]:
     return xs[::step]
 
 
-def _legend_name(s: Series) -> str:
+def _legend_name(s: Series, *, tokens: bool = False) -> str:
+    """Its display name and model; its decode length where the panel has several."""
     model = f" [{s.key.model}]" if s.key.model else ""
-    return f"{s.display}{model}"
+    decode = f", {s.key.decode_tokens} tokens decoded" if tokens else ""
+    return f"{s.display}{model}{decode}"

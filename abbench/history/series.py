@@ -163,8 +163,9 @@ class Series:
 
     @property
     def slug(self) -> str:
-        k = self.key
-        return _slug(f"{k.name}-{k.metric}-{k.workload}-{k.model or ''}")
+        k = self.key  # the row id holds the context and side calls; not the decode length
+        tokens = f"{k.decode_tokens}t" if k.decode_tokens is not None else ""
+        return _slug(f"{k.name}-{k.metric}-{k.workload}-{tokens}-{k.model or ''}")
 
     @property
     def values(self) -> list[float]:

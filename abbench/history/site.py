@@ -87,7 +87,8 @@ def _figure(s: Series, threshold: float) -> dict[str, Any]:
                      "hovertemplate": "step at run %{customdata[1]} (commit "
                                       "%{customdata[2]})<br>%{text}<extra></extra>"})
     better = "higher" if sp.direction == "higher" else "lower"
-    layout = {"title": {"text": html.escape(s.title), "font": {"size": 14}},
+    decode = f" ({s.key.decode_tokens} tokens decoded)" if s.key.decode_tokens else ""
+    layout = {"title": {"text": html.escape(s.title + decode), "font": {"size": 14}},
               "xaxis": {"tickvals": xs, "ticktext": ticks, "tickangle": -45,
                         "title": {"text": "commit (run order)"}},
               "yaxis": {"title": {"text": f"{sp.label} ({sp.unit}), {better} is better"

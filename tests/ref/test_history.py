@@ -137,7 +137,7 @@ def test_history_html_page(two_runs: tuple[Path, list[str]], tmp_path: Path) -> 
     site = tmp_path / "site"
     page = (site / "index.html").read_text()
     assert f"{ids[1]}</a></h2>" in page and "<td>" in page and "Cells: each round" in page
-    assert "<div class='plot' id='a-decode-tok-s-decode-64-reference'>" in page
+    assert "<div class='plot' id='a-decode-tok-s-decode-64-24t-reference'>" in page
     assert "<script src='plotly.min.js'>" in page and (site / "plotly.min.js").is_file()
     for run_id in ids:  # each run's report is in the site
         assert f"<h1>Run {run_id}</h1>" in (site / "runs" / f"{run_id}.html").read_text()

@@ -91,7 +91,7 @@ def test_otava_export(results: Path, tmp_path: Path) -> None:
             <= set(rows[0])
         assert all(float(r["lower"]) <= float(r["value"]) <= float(r["upper"]) for r in rows)
     check_golden("otava-base-decode.csv",
-                 (tmp_path / "base-decode-tok-s-decode-32k-smollm2-135m-instruct-q4-1-gguf.csv"
+                 (tmp_path / "base-decode-tok-s-decode-32k-128t-smollm2-135m-instruct-q4-1-gguf.csv"
                   ).read_text())
 
 

@@ -296,6 +296,7 @@ def test_stored_examples_keep_models_apart(tmp_path: Path) -> None:
             loaded[run.name] = {Path(v["model_path"]).name for v in servers.values()}
     for s in series:
         assert all(loaded[p.run_id] == {s.key.model} for p in s.points), s.title
+    assert len({s.slug for s in series}) == len(series)  # the site's ids, the CSV names
 
 
 def test_a_declared_series_joins_arms_of_other_names(results: Path, tmp_path: Path) -> None:
