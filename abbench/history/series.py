@@ -225,8 +225,8 @@ def build_series(index: Index, metrics: Iterable[str] | None = None,
     metrics = set(metrics) if metrics is not None else set(default_metrics(index))
     wanted = set(workloads) if workloads is not None else None
     by_key: dict[SeriesKey, dict[str, list[KeyedRound]]] = {}
-    for kr in index.keyed_rounds(sorted(metrics)):
-        if kr.value <= 0 or (wanted is not None and kr.workload not in wanted):
+    for kr in index.keyed_rounds(sorted(metrics), None if wanted is None else sorted(wanted)):
+        if kr.value <= 0:
             continue
         key = SeriesKey(kr.series or kr.arm, kr.workload, kr.context, kr.decode_tokens,
                         kr.side_calls, kr.metric, kr.model)

@@ -423,18 +423,21 @@ class Index:
         return [RoundValue(run_id, ts, arm, lab, commit, rnd, value)
                 for run_id, ts, arm, lab, commit, rnd, value in self.db.execute(sql, args)]
 
-    def keyed_rounds(self, metrics: Iterable[str] | None = None) -> list[KeyedRound]:
-        """Every stored round value with its whole key, oldest run first."""
+    def keyed_rounds(self, metrics: Iterable[str] | None = None,
+                     workloads: Iterable[str] | None = None) -> list[KeyedRound]:
+        """Every stored round value with its whole key, oldest run first (of these
+        metrics and row ids, when given)."""
         sql = ("SELECT v.run_id, r.created_ts, v.arm, a.label, a.series, a.commit_id,"
                " a.build_key, a.model, r.config_digest, v.workload, v.context,"
                " v.decode_tokens, v.side_calls, v.metric, v.round, v.value"
                " FROM vals v JOIN runs r ON r.id = v.run_id"
-               " JOIN arms a ON a.run_id = v.run_id AND a.name = v.arm")
+               " JOIN arms a ON a.run_id = v.run_id AND a.name = v.arm WHERE 1=1")
         args: list[Any] = []
-        if metrics is not None:
-            wanted = list(metrics)
-            sql += f" WHERE v.metric IN ({', '.join('?' * len(wanted))})"
-            args += wanted
+        for col, given in (("v.metric", metrics), ("v.workload", workloads)):
+            if given is not None:
+                wanted = list(given)
+                sql += f" AND {col} IN ({', '.join('?' * len(wanted))})"
+                args += wanted
         sql += " ORDER BY coalesce(r.created_ts, 0), v.run_id, a.position, v.metric, v.round"
         return [KeyedRound._make((*row[:12], bool(row[12]), *row[13:]))
                 for row in self.db.execute(sql, args)]
