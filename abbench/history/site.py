@@ -116,6 +116,22 @@ def _run_page(run: Run, problems: list[str]) -> str:
                  f"</h1>{body}")
 
 
+def _fresh(page: Path, run: Path) -> bool:
+    """A run's page written after its run.json and samples last changed: kept (a site
+    of many runs is written again in the time of its new runs)."""
+    try:
+        made = page.stat().st_mtime_ns
+    except OSError:
+        return False
+    newest = 0
+    for name in ("run.json", "samples.jsonl"):
+        try:
+            newest = max(newest, (run / name).stat().st_mtime_ns)
+        except OSError:
+            return False
+    return made > newest
+
+
 def _compare_data(series: list[Series]) -> list[dict[str, Any]]:
     return [{"title": s.title, "direction": s.direction, "band": s.band,
              "runs": [{"id": p.run_id, "commit": p.commit or "-", "rounds": list(p.rounds)}
@@ -134,9 +150,9 @@ def write_site(series: list[Series], out_dir: Path, *, runs: Iterable[RunInfo],
     shown = {p.run_id for s in series for p in s.points}
     for run_id in sorted(shown):
         info = by_id.get(run_id)
-        if info is not None:
-            publish(out_dir / "runs" / f"{run_id}.html", _run_page(Run(Path(info.path)),
-                                                                   problems))
+        page = out_dir / "runs" / f"{run_id}.html"
+        if info is not None and not _fresh(page, Path(info.path)):
+            publish(page, _run_page(Run(Path(info.path)), problems))
     parts = ["<h1>abbench history</h1><p><a href='compare.html'>compare two runs</a></p>"]
     cls = " class='bad'" if check.failed else ""
     parts.append(f"<h2>Newest run</h2><pre{cls}>{html.escape(format_check(check, results))}"

@@ -319,3 +319,17 @@ def test_a_declared_series_joins_arms_of_other_names(results: Path, tmp_path: Pa
     with open_index(results) as ix:
         names = sorted((s.name, len(s.points)) for s in build_series(ix, ["decode_tok_s"]))
     assert names == [("base", 3), ("main", 3)]
+
+
+def test_site_rewrites_only_changed_run_pages(results: Path, tmp_path: Path) -> None:
+    runs = noisy_series(results, 3)
+    site = tmp_path / "site"
+    assert cli("history", "--results", results, "--html", site)[0] == 0
+    pages = {r.id: site / "runs" / f"{r.id}.html" for r in runs}
+    assert all(p.is_file() for p in pages.values())
+    before = {k: p.stat().st_mtime_ns for k, p in pages.items()}
+    runs[1].append(parse_record({"type": "slot", "slot": 99, "arm": "base", "round": 9,
+                                 "status": "failed", "reason": "test"}))
+    assert cli("history", "--results", results, "--html", site)[0] == 0
+    after = {k: p.stat().st_mtime_ns for k, p in pages.items()}
+    assert [k for k in after if after[k] != before[k]] == [runs[1].id]
