@@ -173,6 +173,8 @@ class TableFormat(str, Enum):
     md = "md"
     json = "json"
     csv = "csv"
+    bencher = "bencher"
+    github = "github"
 
 
 class RowsOpt(str, Enum):
@@ -209,8 +211,10 @@ def report(
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="run id, unique prefix, "
                                            "'latest', or run folder")],
     results: ReadResultsOpt = Path("results"),
-    fmt: Annotated[TableFormat, typer.Option("--format", help="md, json or csv")] =
-    TableFormat.md,
+    fmt: Annotated[TableFormat, typer.Option("--format", help="md, json, csv, bencher "
+                                             "(Bencher Metric Format JSON) or github (a job "
+                                             "summary, appended to $GITHUB_STEP_SUMMARY "
+                                             "when set)")] = TableFormat.md,
     baseline: Annotated[str | None, typer.Option(help="arm to compare against")] = None,
     rows: Annotated[RowsOpt, typer.Option("--rows", help="table: the run's table: rows; "
                                           "all: every recorded metric")] = RowsOpt.table,
@@ -251,23 +255,27 @@ def history(
                                                     "(default: all)")] = None,
     out: Annotated[Path | None, typer.Option(help="write the plot here (.png or .svg)")] =
     None,
-    html: Annotated[Path | None, typer.Option(help="write DIR/index.html with every "
-                                              "metric's plot and the latest table")] = None,
+    html: Annotated[Path | None, typer.Option(help="write a static site to DIR: per series "
+                                              "an interactive plot, run reports, compare "
+                                              "views, the latest table")] = None,
+    otava: Annotated[Path | None, typer.Option(help="write DIR/<series>.csv and "
+                                               "DIR/otava.yaml for apache-otava")] = None,
     check: Annotated[bool, typer.Option(help="exit 1 when the newest run regressed beyond "
                                         "--threshold")] = False,
     threshold: Annotated[float, typer.Option(min=0, help="regression threshold in percent"
                                              )] = 5.0,
-    window: Annotated[int, typer.Option(min=1, help="runs in the lookback window")] = 20,
     x: Annotated[XAxisOpt, typer.Option("--x", help="x axis: run time or run (commit) "
                                         "order")] = XAxisOpt.time,
+    window: Annotated[int | None, typer.Option(min=1, hidden=True)] = None,
 ) -> Output:
-    """Each arm label's value per run over time, regressions marked; --check gates CI.
+    """Each series (an arm's row and metric on one model) over runs, change points
+    judged with each run's rounds; --check gates CI; --html writes a site.
 
     Example: abbench history --metric decode_tok_s --workload "decode 1K" --out h.png --check
     """
     return commands.history(results, metrics=metric, workloads=workload, labels=label,
-                            out_path=out, html=html, check=check, threshold=threshold,
-                            window=window, x=x.value)
+                            out_path=out, html=html, otava=otava, check=check,
+                            threshold=threshold, x=x.value, window=window)
 
 
 @app.command()

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from abbench.model.records import parse_record
 from abbench.store.index import INDEX_FILE, open_index
 from abbench.store.run import Run
 
@@ -79,7 +80,7 @@ def generate(results: Path, n: int, seed: int = 7) -> None:
                         tok_s = 52.0 * (1.4 if ctx == 1024 else 1.0) * speed[arm] * \
                             float(np.exp(rng.normal(0, 0.01)))
                         ttft = ctx / 3000 * 1e3 * float(np.exp(rng.normal(0, 0.02)))
-                        run.append({
+                        run.append(parse_record({
                             "slot": slot, "arm": arm, "round": rnd, "position": pos,
                             "type": "sample", "rep": 0, "workload": workload, "context": ctx,
                             "decode_tokens": 128, "t": t, "valid": True, "status": "ok",
@@ -94,11 +95,12 @@ def generate(results: Path, n: int, seed: int = 7) -> None:
                             "timings": {"prompt_n": ctx, "prompt_ms": ttft, "cache_n": 0,
                                         "predicted_n": 128, "predicted_ms": 127e3 / tok_s,
                                         "predicted_per_second": tok_s * 1.002},
-                            "nonce": f"{rng.integers(2**63):016x}"})
-                    run.append({"slot": slot, "arm": arm, "round": rnd, "position": pos,
-                                "type": "slot", "status": "ok", "reason": None,
-                                "t_start": t, "t_end": t + 50, "exit_code": 0,
-                                "log": f"logs/{arm}-r{rnd}.log", "ready_s": 2.1})
+                            "nonce": f"{rng.integers(2**63):016x}"}))
+                    run.append(parse_record({
+                        "slot": slot, "arm": arm, "round": rnd, "position": pos,
+                        "type": "slot", "status": "ok", "reason": None, "t_start": t,
+                        "t_end": t + 50, "exit_code": 0, "log": f"logs/{arm}-r{rnd}.log",
+                        "ready_s": 2.1}))
                     slot += 1
 
 

@@ -7,6 +7,7 @@ the CLI's one error boundary turns into ``Error: ...`` and its exit code.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,16 +36,11 @@ from abbench.config.plan import plan
 from abbench.config.schema import load_config
 from abbench.config.stats import fraction_option
 from abbench.errors import AbbenchError, ConfigError
-from abbench.history.series import (
-    build_series,
-    check_history,
-    format_check,
-    format_runs,
-    format_series,
-    parse_when,
-    plot_history,
-    write_html,
-)
+from abbench.history.check import check_history, format_check
+from abbench.history.export import write_otava
+from abbench.history.plot import plot_history
+from abbench.history.series import build_series, format_runs, format_series, parse_when
+from abbench.history.site import write_site
 from abbench.report.builds import render_builds
 from abbench.report.calibrate import (
     band_yaml,
@@ -61,7 +57,7 @@ from abbench.report.table import table_of
 from abbench.server.buildcache import gc, list_builds
 from abbench.server.gitarms import build_arms, describe_pins, pin
 from abbench.store.index import open_index
-from abbench.store.run import Run, open_run
+from abbench.store.run import open_run
 
 #: problems (unreadable lines, runs) listed on stderr before the rest are counted
 MOST_PROBLEMS = 10
@@ -221,6 +217,15 @@ def report(run_ref: str, results: Path, *, fmt: Format, baseline: str | None,
                       rows=rows)
     out = Output(render(table, fmt))
     out.warn(problems)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if fmt == "github" and summary:
+        try:
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(out.stdout + "\n")
+        except OSError as e:
+            raise ConfigError(f"cannot append to $GITHUB_STEP_SUMMARY: {e.strerror}",
+                              where=summary, hint="check the path GitHub Actions set") from None
+        out.stderr.append(f"appended the table to $GITHUB_STEP_SUMMARY ({summary})")
     return out
 
 
@@ -237,28 +242,32 @@ def compare(run_a: str, run_b: str, results: Path, *, fmt: Format) -> Output:
 
 def history(results: Path, *, metrics: list[str] | None, workloads: list[str] | None,
             labels: list[str] | None, out_path: Path | None, html: Path | None,
-            check: bool, threshold: float, window: int, x: str) -> Output:
-    """``abbench history``: series, a plot, a page, or the regression gate."""
+            otava: Path | None, check: bool, threshold: float, x: str,
+            window: int | None = None) -> Output:
+    """``abbench history``: series, a plot, a site, exports, or the regression gate."""
     limit = threshold / 100
     with open_index(results) as ix:
         series = build_series(ix, metrics, workloads, labels)
         problems = ix.run_errors() + ix.problems()
-        latest = ix.runs()[-1:]
+        runs = ix.runs()
     out = Output()
+    if window is not None:  # scripts written for the lookback detector keep working
+        out.stderr.append("warning: --window is no longer used: each step is judged with "
+                          "the runs' own rounds and the spread between runs")
     out.warn(problems)
-    verdict = check_history(series, threshold=limit, window=window) \
-        if check or html is not None else None
+    verdict = check_history(series, threshold=limit)
     if out_path is not None:
         summary = plot_history(series, out_path, x=x, threshold=limit)  # type: ignore[arg-type]
         out.stderr.append(f"wrote {summary.path}")
-    if html is not None and verdict is not None:
-        tables = [run_table(Run(Path(r.path))) for r in latest if not r.error]
-        page = write_html(series, html, tables=tables, check=verdict, x=x,  # type: ignore[arg-type]
-                          threshold=limit)
+    if otava is not None:
+        out.stderr.append(f"wrote {write_otava(series, otava)} and {len(series)} CSV file(s)")
+    if html is not None:
+        page = write_site(series, html, runs=runs, check=verdict, threshold=limit,
+                          results=results)
         out.stderr.append(f"wrote {page}")
-    if verdict is not None and check:
-        out.stdout, out.code = format_check(verdict), 1 if verdict.regressions else 0
-    elif out_path is None and html is None:
+    if check:
+        out.stdout, out.code = format_check(verdict, results), 1 if verdict.failed else 0
+    elif out_path is None and html is None and otava is None:
         out.stdout = format_series(series)
     return out
 

@@ -497,6 +497,8 @@ def arm_meta(a: ResolvedArm) -> dict[str, Any]:
     only when the arm sets them."""
     out: dict[str, Any] = {"name": a.name, "label": a.label, "commit": a.commit,
                            "preset": a.preset}
+    if a.series is not None:
+        out["series"] = a.series
     if a.cpus is not None:
         out["cpus"] = format_cpus(a.cpus)
     if a.nice is not None:

@@ -350,6 +350,9 @@ class ArmConfig(ServerSpec):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=64)
     label: str | None = Field(None, description="column head, e.g. 'prod ecb52158'")
     commit: str | None = Field(None, description="commit id of the build, shown in ls/history")
+    series: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=64,
+                               description="the history series this arm's runs join "
+                               "(default: the arm's name)")
     git: GitSpec | None = Field(None, description="build the arm from a commit of a source: "
                                 "{source, ref, revert: [..], cherry_pick: [..]}")
     #: the built arm's placeholders ({bin}, {build}, {src}) and its build log; set by
@@ -677,6 +680,8 @@ class ResolvedArm(_Frozen):
     label: str
     commit: str | None
     preset: str
+    #: the history series its runs join (None: the arm's name)
+    series: str | None = None
     argv: list[str] = Field(description="template argv (or one shell string) with {placeholders}")
     shell: bool
     cwd: str
@@ -769,6 +774,7 @@ def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
         label=arm.label or (f"{arm.name} {arm.git.sha[:7]}" if arm.git and arm.git.sha
                             else arm.name),
         commit=arm.commit or (arm.git.sha if arm.git else None),
+        series=arm.series,
         preset=preset_name,
         argv=argv,
         shell=shell,

@@ -1,37 +1,37 @@
-"""Runs over time: listings, per-label series, regression checks, plots, a static
-page, and the tidy DataFrame for notebooks.
+"""Runs over time: listings, the series that follow one deployment across runs, and
+the tidy DataFrame for notebooks.
 
-Series come from the index (:mod:`abbench.store.index`); a point is one run's value of
-one arm label: the mean of its per-round values, with the spread of the rounds
-(min-max) as its interval. Detection is :mod:`abbench.stats.regression`.
+Series come from the index (:mod:`abbench.store.index`), keyed by :class:`SeriesKey`;
+a point is one run's value of one series: the mean of its per-round values with their
+95% interval, the rounds kept for the change-point judge
+(:mod:`abbench.stats.regression`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import html
 import math
 import re
+import statistics
 import warnings
-from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
+from scipy.stats import t as t_dist
+
+from abbench.config.stats import StatsConfig
 from abbench.errors import ConfigError, StoreError
 from abbench.model.metrics import Direction, spec
 from abbench.model.records import Sample, WorkloadSample
 from abbench.model.rounds import comparable_records
-from abbench.report.markdown import header_text, render_cell
-from abbench.report.table import Table
+from abbench.model.rows import RowKey
+from abbench.report.tablemodel import row_label
 from abbench.stats import regression
-from abbench.store.index import Index, RunInfo
-from abbench.store.run import atomic_write, list_runs
-
-XAxis = Literal["time", "commit"]
-
+from abbench.store.index import Index, KeyedRound, RunInfo
+from abbench.store.run import list_runs
 
 # ----------------------------------------------------------------- listing
 
@@ -88,38 +88,115 @@ def format_runs(runs: list[RunInfo]) -> str:
 
 
 class Point(NamedTuple):
-    """One run's value of one arm label: the mean of its rounds, their min and max."""
+    """One run's value of one series: the mean of its rounds, with its 95% interval
+    (the rounds' t interval; the one value when there is one round), the rounds
+    themselves, and what the run measured: commit, build key, config digest, label."""
 
     run_id: str
     created_ts: float | None
     commit: str | None
+    build_key: str | None
+    config_digest: str | None
+    label: str
+    rounds: tuple[float, ...]
     value: float
     lo: float
     hi: float
-    n_rounds: int
+
+    @property
+    def n_rounds(self) -> int:
+        return len(self.rounds)
+
+
+class SeriesKey(NamedTuple):
+    """What a series follows across runs: one deployment (the arm's declared series,
+    else its name), one row (its whole key) and one metric, on one model file. A
+    change of model, context, decode length or side calls starts another series."""
+
+    name: str
+    workload: str
+    context: int | None
+    decode_tokens: int | None
+    side_calls: bool
+    metric: str
+    model: str | None
 
 
 @dataclass(frozen=True)
 class Series:
-    """One arm label's values of one (metric, workload), oldest run first."""
+    """One series' points, oldest run first."""
 
-    metric: str
-    workload: str
-    label: str
+    key: SeriesKey
     points: tuple[Point, ...]
+
+    @property
+    def metric(self) -> str:
+        return self.key.metric
+
+    @property
+    def workload(self) -> str:
+        return self.key.workload
+
+    @property
+    def name(self) -> str:
+        return self.key.name
 
     @property
     def direction(self) -> Direction:
         return spec(self.metric).direction
 
     @property
+    def row_label(self) -> str:
+        """The metric named as the table names its row: ``decode 32K (tok/s)``."""
+        return row_label(RowKey(self.workload, self.metric), spec(self.metric))
+
+    @property
+    def display(self) -> str:
+        """Its name as people read it: the newest label, with the arm's name when the
+        label does not start with it (``prod (a)``; ``fork 1a2b3c4`` as it is)."""
+        label = self.points[-1].label if self.points else self.name
+        return label if label.startswith(self.name) else f"{label} ({self.name})"
+
+    @property
+    def title(self) -> str:
+        model = f" [{self.key.model}]" if self.key.model else ""
+        return f"{self.display}: {self.row_label}{model}"
+
+    @property
+    def slug(self) -> str:
+        k = self.key  # the row id holds the context and side calls; not the decode length
+        tokens = f"{k.decode_tokens}t" if k.decode_tokens is not None else ""
+        return _slug(f"{k.name}-{k.metric}-{k.workload}-{tokens}-{k.model or ''}")
+
+    @property
     def values(self) -> list[float]:
         return [p.value for p in self.points]
 
+    @property
+    def commits(self) -> tuple[str | None, str | None]:
+        return self.points[0].commit, self.points[-1].commit
+
     @cached_property
-    def segments(self) -> list[int]:
-        """Start indices of its levels (computed once; :func:`regression.segments`)."""
-        return regression.segments(self.values)
+    def change_points(self) -> list[regression.ChangePoint]:
+        """Its steps with their verdicts (computed once; :mod:`abbench.stats.regression`)."""
+        return regression.change_points([p.rounds for p in self.points], self.direction,
+                                        band=self.band)
+
+    @property
+    def band(self) -> float:
+        return StatsConfig().band(self.metric)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
+
+
+def sort_key(s: Series) -> tuple[Any, ...]:
+    """Series in a stable order: by name, model, metric, then context (numeric), decode
+    length, side calls."""
+    k = s.key
+    return (k.name, k.model or "", k.metric, k.context if k.context is not None else -1,
+            k.decode_tokens or 0, k.side_calls, k.workload)
 
 
 def default_metrics(index: Index) -> list[str]:
@@ -127,266 +204,40 @@ def default_metrics(index: Index) -> list[str]:
     return sorted({m for m, _w in index.series_keys() if spec(m).table})
 
 
+def _point(run_id: str, rows: list[KeyedRound]) -> Point:
+    first = rows[0]
+    vals = tuple(r.value for r in rows)
+    mean = statistics.fmean(vals)
+    if len(vals) > 1:
+        half = float(t_dist.ppf(0.975, len(vals) - 1)) * statistics.stdev(vals) \
+            / math.sqrt(len(vals))
+    else:
+        half = 0.0
+    return Point(run_id, first.created_ts, first.commit, first.build_key, first.config_digest,
+                 first.label, vals, mean, mean - half, mean + half)
+
+
 def build_series(index: Index, metrics: Iterable[str] | None = None,
                  workloads: Iterable[str] | None = None,
                  labels: Iterable[str] | None = None) -> list[Series]:
-    """Every (metric, workload, label) series; only positive values (ratios are taken
-    on the log scale). Two arms of one run with one label are kept apart by name."""
+    """Every series of the stored runs (:class:`SeriesKey`), only positive values
+    (ratios are taken on the log scale); ``labels`` keeps the series whose name or
+    any point's label is one of them."""
     metrics = set(metrics) if metrics is not None else set(default_metrics(index))
     wanted = set(workloads) if workloads is not None else None
-    labels = list(labels) if labels is not None else None
-    out = []
-    for metric, workload in index.series_keys():
-        if metric not in metrics or (wanted is not None and workload not in wanted):
+    by_key: dict[SeriesKey, dict[str, list[KeyedRound]]] = {}
+    for kr in index.keyed_rounds(sorted(metrics), None if wanted is None else sorted(wanted)):
+        if kr.value <= 0:
             continue
-        by_label: dict[str, list[Point]] = {}
-        arm_of: dict[tuple[str, str], str] = {}
-        for rv in index.run_values(metric, workload, labels):
-            label = rv.label
-            if arm_of.setdefault((rv.run_id, label), rv.arm) != rv.arm:
-                label = f"{rv.label} [{rv.arm}]"
-            by_label.setdefault(label, []).append(
-                Point(rv.run_id, rv.created_ts, rv.commit, rv.mean, rv.lo, rv.hi, rv.n_rounds))
-        out += [Series(metric, workload, label, tuple(pts)) for label, pts in by_label.items()]
-    return out
-
-
-# ----------------------------------------------------------------- checking
-
-
-@dataclass(frozen=True)
-class Regression:
-    """The newest run regressed on one series."""
-
-    metric: str
-    workload: str
-    label: str
-    change: float  # newest level / old level - 1
-    run_id: str  # the newest run
-    since_run: str  # the first run at the new level
-    ref_run: str  # the last run at the old level
-    method: str
-    z: float | None = None
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    newest: str | None
-    threshold: float
-    checked: int
-    regressions: list[Regression] = field(default_factory=list)
-
-
-def newest_run(series: list[Series]) -> str | None:
-    ends = [(p.created_ts or 0.0, p.run_id) for s in series for p in s.points[-1:]]
-    return max(ends)[1] if ends else None
-
-
-def check_history(series: list[Series], *, threshold: float = 0.05, window: int = 20,
-                  z_min: float = 3.0) -> CheckResult:
-    """Did the newest run regress beyond ``threshold`` on any series it is part of?"""
-    newest = newest_run(series)
-    checked = 0
-    found = []
-    for s in series:
-        if not s.points or s.points[-1].run_id != newest:
-            continue
-        checked += 1
-        f = regression.check_newest(s.values, s.direction, threshold, window, z_min,
-                                    starts=s.segments)
-        if f is not None:
-            found.append(Regression(s.metric, s.workload, s.label, f.change, s.points[-1].run_id,
-                                    s.points[f.since].run_id, s.points[f.ref].run_id,
-                                    f.method, f.z))
-    return CheckResult(newest, threshold, checked, found)
-
-
-def format_check(result: CheckResult) -> str:
-    if result.newest is None:
-        return "nothing to check: no stored values for these metrics\n"
-    lines = []
-    for r in result.regressions:
-        sp = spec(r.metric)
-        z = f", z = {r.z:+.1f}" if r.z is not None else ""
-        lines.append(f"REGRESSION {r.metric} [{r.workload}] {r.label}: {r.change * 100:+.1f}% "
-                     f"({sp.direction} is better) in run {r.run_id}, since run {r.since_run} "
-                     f"(last good: {r.ref_run}; {r.method}{z})")
-    if not result.regressions:
-        lines.append(f"OK: run {result.newest} shows no regression beyond "
-                     f"{result.threshold * 100:g}% ({result.checked} series checked)")
-    return "\n".join(lines) + "\n"
-
-
-# ----------------------------------------------------------------- plotting
-
-
-@dataclass(frozen=True)
-class Panel:
-    metric: str
-    workload: str
-    points: dict[str, int]  # label -> points plotted
-    marked: int  # regressions marked
-
-
-@dataclass(frozen=True)
-class PlotSummary:
-    path: Path
-    panels: list[Panel]
-
-
-def _groups(series: list[Series]) -> dict[tuple[str, str], list[Series]]:
-    out: dict[tuple[str, str], list[Series]] = {}
-    for s in series:
-        out.setdefault((s.metric, s.workload), []).append(s)
-    return out
-
-
-def plot_history(series: list[Series], out: Path, *, x: XAxis = "time",
-                 threshold: float = 0.05) -> PlotSummary:
-    """One panel per (metric, workload), one line per arm label, rounds' spread as
-    the interval, regressions (steps beyond ``threshold``) marked. PNG or SVG by
-    the suffix of ``out``."""
-    fmt = out.suffix.lower().lstrip(".")
-    if fmt not in ("png", "svg"):
-        raise ConfigError(f"cannot write a {out.suffix or 'suffix-less'} image",
-                          where=str(out), hint="name the file .png or .svg")
-    if not series:
-        raise ConfigError("nothing to plot: no stored values match",
-                          hint="list what is stored with abbench ls; check --metric and "
-                               "--workload (the row names of abbench report)")
-    groups = _groups(series)
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 3.4 * len(groups)), layout="constrained")
-    axes = fig.subplots(len(groups), 1, squeeze=False)[:, 0]
-    order = _commit_order(series) if x == "commit" else {}
-    panels = []
-    for ax, ((metric, workload), group) in zip(axes, groups.items(), strict=True):
-        panels.append(_draw_panel(ax, metric, workload, group, x, order, threshold))
-    if x == "commit":
-        runs = sorted(order, key=order.__getitem__)
-        ticks = _thin(list(range(len(runs))), 25)
-        names = _tick_names(series)
-        for ax in axes:
-            ax.set_xticks(ticks, [names[runs[i]] for i in ticks], rotation=45, ha="right",
-                          fontsize=7)
-    else:
-        for ax in axes:
-            ax.tick_params(axis="x", labelrotation=30)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format=fmt, dpi=100)
-    return PlotSummary(out, panels)
-
-
-def _draw_panel(ax: Any, metric: str, workload: str, group: list[Series], x: XAxis,
-                order: dict[str, int], threshold: float) -> Panel:
-    sp = spec(metric)
-    counts = {}
-    marked = 0
-    for s in group:
-        if x == "commit":
-            xs: list[Any] = [order[p.run_id] for p in s.points]
-        else:
-            xs = [dt.datetime.fromtimestamp(p.created_ts or 0.0) for p in s.points]
-        ys = [p.value for p in s.points]
-        lo = [p.value - p.lo for p in s.points]
-        hi = [p.hi - p.value for p in s.points]
-        if len(xs) <= 200:
-            line = ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", ms=4, capsize=3, lw=1.2,
-                               label=s.label)[0]
-        else:
-            line = ax.plot(xs, ys, "-", lw=0.8, label=s.label)[0]
-            ax.fill_between(xs, [p.lo for p in s.points], [p.hi for p in s.points],
-                            color=line.get_color(), alpha=0.2, lw=0)
-        counts[s.label] = len(xs)
-        bad = [st for st in regression.steps(s.values, s.direction, threshold,
-                                             starts=s.segments) if st.regression]
-        for st in bad:
-            ax.plot([xs[st.start]], [ys[st.start]], "v", color="red", ms=10, zorder=5)
-            if marked < 20:
-                ax.annotate(f"{st.change * 100:+.1f}%", (xs[st.start], ys[st.start]),
-                            textcoords="offset points", xytext=(4, -14), color="red",
-                            fontsize=8)
-            marked += 1
-    better = "higher" if sp.direction == "higher" else "lower"
-    unit = f" ({sp.unit})" if sp.unit else ""
-    ax.set_title(f"{sp.label}{unit}: {workload}  [{better} is better; bars: min-max of "
-                 f"rounds; red ▼: regression > {threshold * 100:g}%]", fontsize=9)
-    ax.set_ylabel(f"{sp.label}{unit}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    return Panel(metric, workload, counts, marked)
-
-
-def _commit_order(series: list[Series]) -> dict[str, int]:
-    runs = sorted({(p.created_ts or 0.0, p.run_id) for s in series for p in s.points})
-    return {run_id: i for i, (_t, run_id) in enumerate(runs)}
-
-
-def _tick_names(series: list[Series]) -> dict[str, str]:
-    """A run's tick: the commits of its arms (first label's first), else its id."""
-    names: dict[str, str] = {}
-    for s in sorted(series, key=lambda s: s.label):
-        for p in s.points:
-            if p.commit and p.run_id not in names:
-                names[p.run_id] = p.commit[:10]
-    for s in series:
-        for p in s.points:
-            names.setdefault(p.run_id, p.run_id)
-    counts = Counter(names.values())
-    repeated = {c for c, n in counts.items() if n > 1}
-    return {run_id: f"{c} {run_id}" if c in repeated and c != run_id else c
-            for run_id, c in names.items()}
-
-
-def _thin(xs: list[int], most: int) -> list[int]:
-    step = max(1, math.ceil(len(xs) / most))
-    return xs[::step]
-
-
-# ----------------------------------------------------------------- static page
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
-
-
-def table_html(table: Table) -> str:
-    head = "".join(f"<th>{html.escape(table.labels[a])}</th>" for a in table.arms)
-    rows = "".join(
-        f"<tr><th>{html.escape(r.label)}</th>"
-        + "".join(f"<td>{html.escape(render_cell(r, a))}</td>" for a in table.arms)
-        + "</tr>" for r in table.rows)
-    return (f"<p>{html.escape(header_text(table).replace('`', ''))}</p>\n"
-            f"<table><tr><th></th>{head}</tr>{rows}</table>\n")
-
-
-def write_html(series: list[Series], out_dir: Path, *, tables: list[Table], check: CheckResult,
-               x: XAxis = "time", threshold: float = 0.05) -> Path:
-    """``out_dir/index.html``: every metric's plot (SVG beside it), the check, and
-    the latest run's table."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>abbench history"
-             "</title><style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
-             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
-             "img{max-width:100%}.bad{color:#b00}</style></head><body>",
-             "<h1>abbench history</h1>"]
-    verdict = format_check(check)
-    cls = " class='bad'" if check.regressions else ""
-    parts.append(f"<h2>Newest run</h2><pre{cls}>{html.escape(verdict)}</pre>")
-    for table in tables:
-        parts.append(f"<h2>Latest table: run {html.escape(table.run_id)}</h2>")
-        parts.append(table_html(table))
-    parts.append("<h2>Metrics</h2>")
-    for (metric, workload), group in _groups(series).items():
-        name = f"plot-{_slug(metric)}-{_slug(workload)}.svg"
-        plot_history(group, out_dir / name, x=x, threshold=threshold)
-        parts.append(f"<h3>{html.escape(metric)}: {html.escape(workload)}</h3>"
-                     f"<img src='{name}' alt='{html.escape(metric)} {html.escape(workload)}'>")
-    parts.append("</body></html>\n")
-    page = out_dir / "index.html"
-    atomic_write(page, "\n".join(parts))
-    return page
+        key = SeriesKey(kr.series or kr.arm, kr.workload, kr.context, kr.decode_tokens,
+                        kr.side_calls, kr.metric, kr.model)
+        by_key.setdefault(key, {}).setdefault(kr.run_id, []).append(kr)
+    out = [Series(key, tuple(_point(run_id, rows) for run_id, rows in runs.items()))
+           for key, runs in by_key.items()]
+    if labels is not None:
+        names = set(labels)
+        out = [s for s in out if s.name in names or any(p.label in names for p in s.points)]
+    return sorted(out, key=sort_key)
 
 
 # ----------------------------------------------------------------- notebooks
@@ -458,14 +309,16 @@ def load_samples(results_dir: Any = "results", problems: list[str] | None = None
 
 
 def format_series(series: list[Series]) -> str:
-    """One line per series: runs, first and newest value."""
+    """One line per series: its key, runs, first and last commit, first and newest
+    value."""
     if not series:
         return "no stored values match\n"
     lines = []
     for s in series:
         sp = spec(s.metric)
         first, last = s.points[0], s.points[-1]
-        lines.append(f"{s.metric} [{s.workload}] {s.label}: {len(s.points)} run(s), first "
+        c0, c1 = (c[:12] if c else "-" for c in s.commits)
+        lines.append(f"{s.title}: {len(s.points)} run(s), commits {c0}..{c1}, first "
                      f"{sp.fmt(first.value)} ({first.run_id}), newest {sp.fmt(last.value)} "
                      f"({last.run_id}, {(last.value / first.value - 1) * 100:+.1f}%)")
     return "\n".join(lines) + "\n"

@@ -9,14 +9,16 @@ from typing import Any, Literal
 from abbench.errors import ConfigError, StoreError
 from abbench.model.records import Record, Sample
 from abbench.model.rounds import comparable_records
+from abbench.report.export import render_bencher, render_github
 from abbench.report.formats import render_csv, render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.table import Note, Table, compute_table, table_of
 from abbench.store.run import Run, open_run
 
-Format = Literal["md", "json", "csv"]
+Format = Literal["md", "json", "csv", "bencher", "github"]
 
-RENDERERS = {"md": render_markdown, "json": render_json, "csv": render_csv}
+RENDERERS = {"md": render_markdown, "json": render_json, "csv": render_csv,
+             "bencher": render_bencher, "github": render_github}
 
 
 def render(table: Table, fmt: Format) -> str:

@@ -26,16 +26,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import yaml
+
 from abbench.errors import StoreError
-from abbench.model.records import Sample, SlotRecord
+from abbench.model.records import Sample, SlotRecord, WorkloadSample
 from abbench.model.rounds import comparable_records, round_values
 from abbench.store.run import RUN_FILE, SAMPLES_FILE, Run
 
 INDEX_FILE = "index.sqlite"
 
 #: bumped when what is extracted from a run changes: every run is then re-read
-#: (2: values only from the comparable records, as the report takes them)
-INGEST_VERSION = 2
+#: (2: values only from the comparable records, as the report takes them;
+#: 3: each value keyed by its whole row key, each arm's series, build and model)
+INGEST_VERSION = 3
 
 
 def _script(db: sqlite3.Connection, sql: str) -> None:
@@ -79,10 +82,33 @@ def _m002_lookups(db: sqlite3.Connection) -> None:
     """)
 
 
+def _m003_row_keys(db: sqlite3.Connection) -> None:
+    """Values keyed by the whole row key (a row id alone does not say its context,
+    decode length or side calls in another run), and per arm what a history series
+    follows: its declared series, build key and model file. The values are read again
+    from the run folders (the ingest version changes with it)."""
+    _script(db, """
+        DROP INDEX vals_by_metric;
+        DROP TABLE vals;
+        CREATE TABLE vals (
+            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            arm TEXT NOT NULL, workload TEXT NOT NULL, context INTEGER,
+            decode_tokens INTEGER, side_calls INTEGER NOT NULL DEFAULT 0,
+            metric TEXT NOT NULL, round INTEGER NOT NULL, value REAL NOT NULL,
+            PRIMARY KEY (run_id, arm, workload, metric, round));
+        CREATE INDEX vals_by_metric ON vals (metric, workload);
+        ALTER TABLE arms ADD COLUMN series TEXT;
+        ALTER TABLE arms ADD COLUMN build_key TEXT;
+        ALTER TABLE arms ADD COLUMN model TEXT;
+        DELETE FROM runs;
+    """)
+
+
 #: applied in order; ``PRAGMA user_version`` counts those applied
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("initial", _m001_initial),
     ("lookups", _m002_lookups),
+    ("row keys", _m003_row_keys),
 ]
 
 
@@ -125,6 +151,29 @@ class RunValue(NamedTuple):
     n_rounds: int
 
 
+class KeyedRound(NamedTuple):
+    """One round's value of one arm in one run, with everything a history series is
+    keyed by: the arm (its declared series, else its name), the whole row key, the
+    metric, and the point's commit, build key, config digest and model file."""
+
+    run_id: str
+    created_ts: float | None
+    arm: str
+    label: str
+    series: str | None
+    commit: str | None
+    build_key: str | None
+    model: str | None
+    config_digest: str | None
+    workload: str
+    context: int | None
+    decode_tokens: int | None
+    side_calls: bool
+    metric: str
+    round: int
+    value: float
+
+
 class RoundValue(NamedTuple):
     """One round's value (its reps averaged) of one arm in one run."""
 
@@ -162,6 +211,53 @@ def _timestamp(created: Any) -> float | None:
     if t.tzinfo is None:
         t = t.astimezone()
     return t.timestamp()
+
+
+def _text(x: Any) -> str | None:
+    return x if isinstance(x, str) and x else None
+
+
+def _commit(arm: dict[str, Any]) -> str | None:
+    """The arm's declared commit, else its git arm's pinned sha."""
+    git: dict[str, Any] = arm["git"] if isinstance(arm.get("git"), dict) else {}
+    return _text(arm.get("commit")) or _text(git.get("sha"))
+
+
+def _build_key(arm: dict[str, Any]) -> str | None:
+    """What was built: a git arm's source, sha and patch set (``describe``)."""
+    git: dict[str, Any] = arm["git"] if isinstance(arm.get("git"), dict) else {}
+    return _text(git.get("describe")) or _text(git.get("sha"))
+
+
+def _model(server: Any, model_var: str | None) -> str | None:
+    """The model file the arm's server said it loaded (llama.cpp's ``/props``
+    ``model_path``, else a ``model`` field), else the arms file's ``model`` var; its file
+    name only (the folder differs between machines)."""
+    path = None
+    if isinstance(server, dict):
+        path = _text(server.get("model_path")) or _text(server.get("model"))
+    path = path or model_var
+    return (os.path.basename(path.rstrip("/")) or path) if path else None
+
+
+def _model_var(folder: Path) -> str | None:
+    """``vars: model:`` of the run's own copy of its arms file, if it has one."""
+    try:
+        cfg = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeError, yaml.YAMLError):
+        return None
+    vars_ = cfg.get("vars") if isinstance(cfg, dict) else None
+    return _text(vars_.get("model")) if isinstance(vars_, dict) else None
+
+
+def row_keys(records: Iterable[Any]) -> dict[str, tuple[int | None, int | None, bool]]:
+    """Row id -> (context, decode tokens, side calls), read from the typed fields of
+    the row's own workload samples (a collector's window of that row has none)."""
+    out: dict[str, tuple[int | None, int | None, bool]] = {}
+    for r in records:
+        if isinstance(r, WorkloadSample) and r.workload not in out:
+            out[r.workload] = (r.context, r.decode_tokens, r.side_calls is not None)
+    return out
 
 
 class Index:
@@ -261,8 +357,14 @@ class Index:
              sum(1 for r in samples if not r.valid), failed,
              run_stamp, samples_stamp))
         arms = [a for a in meta.get("arms") or [] if isinstance(a, dict) and a.get("name")]
-        db.executemany("INSERT OR REPLACE INTO arms VALUES (?, ?, ?, ?, ?)",
-                       [(run_id, i, a["name"], a.get("label") or a["name"], a.get("commit"))
+        servers: dict[str, Any] = meta["servers"] if isinstance(meta.get("servers"),
+                                                                   dict) else {}
+        model_var = _model_var(p)
+        db.executemany("INSERT OR REPLACE INTO arms (run_id, position, name, label, commit_id,"
+                       " series, build_key, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       [(run_id, i, a["name"], a.get("label") or a["name"], _commit(a),
+                         _text(a.get("series")), _build_key(a),
+                         _model(servers.get(a["name"]), model_var))
                         for i, a in enumerate(arms)])
         try:  # the values the run's own report compares (Pinpoint's rule), no others
             values = round_values(comparable_records(records, meta))
@@ -270,8 +372,9 @@ class Index:
             problems.append(f"{run.samples_path}: a sample lacks a field ({e}); "
                             "its values are left out of the index")
             values = {}
-        db.executemany("INSERT INTO vals VALUES (?, ?, ?, ?, ?, ?)",
-                       [(run_id, arm, key.workload, key.metric, rnd, v)
+        db.executemany("INSERT INTO vals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       [(run_id, arm, key.workload, key.context, key.decode_tokens,
+                         key.side_calls, key.metric, rnd, v)
                         for key, by_arm in values.items()
                         for arm, rounds in by_arm.items() for rnd, v in rounds.items()])
         db.executemany("INSERT INTO problems VALUES (?, ?)", [(run_id, m) for m in problems])
@@ -318,6 +421,25 @@ class Index:
         sql += " ORDER BY coalesce(r.created_ts, 0), v.run_id, a.position, v.round"
         return [RoundValue(run_id, ts, arm, lab, commit, rnd, value)
                 for run_id, ts, arm, lab, commit, rnd, value in self.db.execute(sql, args)]
+
+    def keyed_rounds(self, metrics: Iterable[str] | None = None,
+                     workloads: Iterable[str] | None = None) -> list[KeyedRound]:
+        """Every stored round value with its whole key, oldest run first (of these
+        metrics and row ids, when given)."""
+        sql = ("SELECT v.run_id, r.created_ts, v.arm, a.label, a.series, a.commit_id,"
+               " a.build_key, a.model, r.config_digest, v.workload, v.context,"
+               " v.decode_tokens, v.side_calls, v.metric, v.round, v.value"
+               " FROM vals v JOIN runs r ON r.id = v.run_id"
+               " JOIN arms a ON a.run_id = v.run_id AND a.name = v.arm WHERE 1=1")
+        args: list[Any] = []
+        for col, given in (("v.metric", metrics), ("v.workload", workloads)):
+            if given is not None:
+                wanted = list(given)
+                sql += f" AND {col} IN ({', '.join('?' * len(wanted))})"
+                args += wanted
+        sql += " ORDER BY coalesce(r.created_ts, 0), v.run_id, a.position, v.metric, v.round"
+        return [KeyedRound._make((*row[:12], bool(row[12]), *row[13:]))
+                for row in self.db.execute(sql, args)]
 
     def run_values(self, metric: str, workload: str, labels: Iterable[str] | None = None
                    ) -> list[RunValue]:
@@ -420,5 +542,5 @@ def open_index(results: Path, *, refresh: bool = True) -> Index:
     return index
 
 
-__all__ = ["INDEX_FILE", "MIGRATIONS", "ArmInfo", "Index", "RoundValue", "RunInfo", "RunValue",
-           "open_index"]
+__all__ = ["INDEX_FILE", "MIGRATIONS", "ArmInfo", "Index", "KeyedRound", "RoundValue", "RunInfo",
+           "RunValue", "open_index"]

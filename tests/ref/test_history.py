@@ -15,7 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from abbench.cli import app
-from abbench.history.series import SAMPLE_COLUMNS, build_series, plot_history
+from abbench.history.plot import plot_history
+from abbench.history.series import SAMPLE_COLUMNS, build_series
 from abbench.report.compare import run_table
 from abbench.store.index import INDEX_FILE, open_index
 from abbench.store.run import Run, list_runs
@@ -123,21 +124,25 @@ def test_history_plot_shows_both_runs(two_runs: tuple[Path, list[str]], tmp_path
     with open_index(results) as ix:
         series = build_series(ix, ["decode_tok_s"], ["decode 64"])
     summary = plot_history(series, tmp_path / "h.svg", x="commit")
-    assert summary.panels[0].points == {"prod": 2, "pr": 2}
+    assert summary.panels[0].points == {"prod (a) [reference]": 2, "pr (b) [reference]": 2}
     assert (tmp_path / "h.svg").read_text().lstrip().startswith("<?xml")
     code, out, _ = cli("history", "--results", results)
-    assert code == 0 and "decode_tok_s [decode 64] prod: 2 run(s)" in out
+    assert code == 0 and "prod (a): decode 64 (tok/s) [reference]: 2 run(s)" in out
 
 
 def test_history_html_page(two_runs: tuple[Path, list[str]], tmp_path: Path) -> None:
     results, ids = two_runs
     code, _, err = cli("history", "--results", results, "--html", tmp_path / "site")
     assert code == 0, err
-    page = (tmp_path / "site" / "index.html").read_text()
-    assert f"Latest table: run {ids[1]}" in page and "<td>" in page
-    imgs = [p.name for p in (tmp_path / "site").glob("*.svg")]
-    assert "plot-decode-tok-s-decode-64.svg" in imgs
-    assert all(f"src='{n}'" in page for n in imgs)
+    site = tmp_path / "site"
+    page = (site / "index.html").read_text()
+    assert f"{ids[1]}</a></h2>" in page and "<td>" in page and "Cells: each round" in page
+    assert "<div class='plot' id='a-decode-tok-s-decode-64-24t-reference'>" in page
+    assert "<script src='plotly.min.js'>" in page and (site / "plotly.min.js").is_file()
+    for run_id in ids:  # each run's report is in the site
+        assert f"<h1>Run {run_id}</h1>" in (site / "runs" / f"{run_id}.html").read_text()
+    assert "not interleaved" in (site / "compare.html").read_text()
+    assert {oct(p.stat().st_mode & 0o777) for p in site.rglob("*") if p.is_file()} == {"0o644"}
 
 
 def test_load_samples_tidy(two_runs: tuple[Path, list[str]]) -> None:

@@ -45,7 +45,7 @@ def cli(*args: str | Path) -> str:
     return res.stdout
 
 
-@pytest.mark.parametrize("fmt", ["md", "json", "csv"])
+@pytest.mark.parametrize("fmt", ["md", "json", "csv", "bencher", "github"])
 def test_report_formats(results: Path, fmt: str) -> None:
     check_golden(f"report-h200-seed.{fmt}", cli("report", results / "h200-seed", "--results",
                                                 results, "--format", fmt))
@@ -72,6 +72,30 @@ def test_ls(results: Path) -> None:
 
 def test_history_check(results: Path) -> None:
     check_golden("history-check.txt", cli("history", "--results", results, "--check"))
+
+
+def test_history_series(results: Path) -> None:
+    check_golden("history-series.txt", cli("history", "--results", results))
+
+
+def test_otava_export(results: Path, tmp_path: Path) -> None:
+    """One series' CSV pinned, and every CSV read back by the layout otava.yaml names."""
+    import csv
+
+    import yaml
+
+    cli("history", "--results", results, "--otava", tmp_path)
+    conf = yaml.safe_load((tmp_path / "otava.yaml").read_text())
+    for name, test in conf["tests"].items():
+        assert test["type"] == "csv" and Path(test["file"]) == tmp_path / f"{name}.csv"
+        with open(test["file"], newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert rows and {test["time_column"], *test["attributes"], *test["metrics"]} \
+            <= set(rows[0])
+        assert all(float(r["lower"]) <= float(r["value"]) <= float(r["upper"]) for r in rows)
+    check_golden("otava-base-decode.csv",
+                 (tmp_path / "base-decode-tok-s-decode-32k-128t-smollm2-135m-instruct-q4-1-gguf.csv"
+                  ).read_text())
 
 
 def test_calibrate_table(results: Path) -> None:

@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from abbench.cli import app
-from abbench.history.series import build_series, load_samples, plot_history
+from abbench.history.plot import plot_history
+from abbench.history.series import build_series, load_samples
 from abbench.model.records import parse_record
 from abbench.store.index import INDEX_FILE, MIGRATIONS, open_index
 from abbench.store.run import Run
@@ -78,9 +79,11 @@ def test_check_flags_planted_slowdown(results: Path) -> None:
     runs = noisy_series(results, 8, slow_from=7)
     code, out, _ = cli("history", "--results", results, "--check")
     assert code == 1, out
-    assert "REGRESSION decode_tok_s [decode 1K] cand" in out
-    assert f"in run {runs[-1].id}, since run {runs[-1].id}" in out
-    change = float(out.split(": ")[1].split("%")[0])
+    assert out.startswith("REGRESSION cand: decode 1K (tok/s): ")
+    assert f"began in run {runs[-1].id}; last good run {runs[-2].id}" in out
+    assert "(changed; higher is better)" in out and "commits c000006..c000007" in out
+    assert "abbench bisect " in out and "--good c000006 --bad c000007 --row 'decode 1K'" in out
+    change = float(out.split(": ")[2].split("%")[0])
     assert -12 < change < -8
     assert "base" not in out  # the baseline arm did not move
 
@@ -96,7 +99,8 @@ def test_check_names_the_run_a_step_began(results: Path) -> None:
     runs = noisy_series(results, 10, slow_from=7)
     code, out, _ = cli("history", "--results", results, "--check", "--label", "cand")
     assert code == 1
-    assert f"since run {runs[7].id} (last good: {runs[6].id}; step)" in out
+    assert f"began in run {runs[7].id} (the newest run, {runs[-1].id}, is still at that " \
+        f"level); last good run {runs[6].id}" in out
     # a looser threshold lets it pass
     assert cli("history", "--results", results, "--check", "--threshold", "15")[0] == 0
 
@@ -110,7 +114,8 @@ def test_check_respects_direction(results: Path) -> None:
     noisy_series(results / "slow", 8, slow_from=7, factor=0.9)
     code, out, _ = cli("history", "--results", results / "slow", "--check", "--metric",
                        "ttft_ms")
-    assert code == 1 and "ttft_ms" in out and "(lower is better)" in out
+    assert code == 1 and "TTFT (ms)" in out and "--metric ttft_ms" in out
+    assert "(changed; lower is better)" in out
 
 
 def test_plot_marks_the_regression(results: Path, tmp_path: Path) -> None:
@@ -264,3 +269,67 @@ def test_one_definition_of_comparable_in_report_compare_index_and_load_samples(
     cell_rounds = {a: c.rounds for r in cmp.rows if r.metric == "decode_tok_s"
                    for a, c in r.cells.items()}
     assert cell_rounds == {f"{run.id}:cand": [0], f"{other.id}:cand": [0, 1, 2]}
+
+
+def test_stored_examples_keep_models_apart(tmp_path: Path) -> None:
+    """docs/examples: the 8B and SmolLM2 runs of arm "prod" used to merge into one
+    series (+196.7% in `history`); the model file now keys the series."""
+    examples = Path(__file__).resolve().parents[2] / "docs" / "examples"
+    results = tmp_path / "results"
+    for run_json in examples.rglob("run.json"):
+        folder = run_json.parent
+        dest = results / "-".join(folder.relative_to(examples).parts)
+        dest.mkdir(parents=True)
+        for name in ("run.json", "samples.jsonl", "config.yaml"):
+            if (folder / name).is_file():
+                (dest / name).write_bytes((folder / name).read_bytes())
+    with open_index(results) as ix:
+        series = build_series(ix, ["decode_tok_s"])
+    models = {s.key.model for s in series}
+    assert models == {"llama-3.1-8b-synthetic.q4_0.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"}
+    prod_32k = [s for s in series if s.name == "prod" and s.workload == "decode 32K"]
+    assert {s.key.model for s in prod_32k} == models
+    loaded = {}  # what each run's servers said they loaded, read apart from the index
+    for run in results.iterdir():
+        if run.is_dir():
+            servers = json.loads((run / "run.json").read_text())["servers"]
+            loaded[run.name] = {Path(v["model_path"]).name for v in servers.values()}
+    for s in series:
+        assert all(loaded[p.run_id] == {s.key.model} for p in s.points), s.title
+    assert len({s.slug for s in series}) == len(series)  # the site's ids, the CSV names
+
+
+def test_a_declared_series_joins_arms_of_other_names(results: Path, tmp_path: Path) -> None:
+    """``series: main`` in the arms file: run.json carries it, and arms named otherwise in
+    other arms files join one series."""
+    from abbench.campaign.runner import arm_meta
+    from abbench.config.schema import load_config
+
+    arms = tmp_path / "arms.yaml"
+    arms.write_text("arms:\n  - name: nightly\n    series: main\n    start: [srv, '{port}']\n"
+                    "  - name: base\n    start: [srv, '{port}']\n"
+                    "workloads:\n  - contexts: [64]\n    decode_tokens: 8\n")
+    nightly, base = load_config(arms).resolved_arms()
+    assert arm_meta(nightly)["series"] == "main" and "series" not in arm_meta(base)
+    for day, name in enumerate(("nightly", "main-build", "nightly")):
+        run = make_run(results, day, {name: [100.0, 101.0], "base": [100.0, 100.0]})
+        meta = run.meta()
+        meta["arms"][0]["series"] = "main"
+        (run.path / "run.json").write_text(json.dumps(meta))
+    with open_index(results) as ix:
+        names = sorted((s.name, len(s.points)) for s in build_series(ix, ["decode_tok_s"]))
+    assert names == [("base", 3), ("main", 3)]
+
+
+def test_site_rewrites_only_changed_run_pages(results: Path, tmp_path: Path) -> None:
+    runs = noisy_series(results, 3)
+    site = tmp_path / "site"
+    assert cli("history", "--results", results, "--html", site)[0] == 0
+    pages = {r.id: site / "runs" / f"{r.id}.html" for r in runs}
+    assert all(p.is_file() for p in pages.values())
+    before = {k: p.stat().st_mtime_ns for k, p in pages.items()}
+    runs[1].append(parse_record({"type": "slot", "slot": 99, "arm": "base", "round": 9,
+                                 "status": "failed", "reason": "test"}))
+    assert cli("history", "--results", results, "--html", site)[0] == 0
+    after = {k: p.stat().st_mtime_ns for k, p in pages.items()}
+    assert [k for k in after if after[k] != before[k]] == [runs[1].id]
