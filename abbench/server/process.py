@@ -10,7 +10,12 @@ server outlives abbench:
 3. a reaper process per server (``python -m abbench.server.reaper``) holding a pipe
    from abbench, on which the server's own process writes its group id before it
    execs: when the pipe closes without a ``done`` line (abbench died, even right
-   after the fork), it kills the whole group, grandchildren included.
+   after the fork), it kills the whole group, grandchildren included;
+4. a token in the server's environment (:mod:`abbench.server.tree`): the stop and the
+   reaper also stop every process that carries it, or descends from the server, or
+   shares a session with one of them, so a child that called ``setsid()`` (``server
+   &``, daemon(3)) is stopped too; what cleared its environment and still listens on
+   the life's port after the stop is killed and named in the log.
 """
 
 from __future__ import annotations
@@ -33,6 +38,17 @@ from abbench.config.schema import ResolvedArm, format_cpus, scrub, secret_values
 from abbench.errors import AbbenchError, ConfigError, Interrupted, ServerError, StoreError
 from abbench.server.http import Transport, TransportError
 from abbench.server.interrupts import shielded
+from abbench.server.tree import (
+    LIFE_VAR,
+    alive,
+    describe,
+    in_sessions,
+    life_pids,
+    new_token,
+    port_listeners,
+    sessions,
+    signal_all,
+)
 
 _PR_SET_PDEATHSIG = 1
 
@@ -145,6 +161,10 @@ class Server:
     #: /dev/shm inodes the group mapped or held when it became ready (a server that
     #: dies before its stop still has its leftovers named)
     shm_owned: set[int] = field(default_factory=set)
+    #: the token in the life's environment (tree.LIFE_VAR) and the sessions its
+    #: processes were seen in (a setsid child's session outlives its parent link)
+    token: str = ""
+    sessions: set[int] = field(default_factory=set)
     _log_file: object = field(default=None, repr=False)
 
     @property
@@ -183,17 +203,14 @@ class Server:
                     raise Interrupted("interrupted while waiting for the server")
                 code = self.proc.poll()
                 if code is not None:
-                    raise ServerError(
-                        f"the server exited with code {code} before it was ready",
-                        where=self.where, log_tail=self.log_tail(),
-                        hint=f"full log: {self.log_path}; run the start command by hand to "
-                             "see why")
+                    raise self._exited_early(code)
                 t_ask = time.perf_counter()
                 try:
                     r = poll.get(path, timeout=max(ready.interval * 20, 1.0), max_body=65536)
                     if r.status == 200:
                         now = time.perf_counter()  # before the check below, which takes ms
-                        stray = foreign_listener(self.port, self.started_wall, self.proc.pid)
+                        stray = foreign_listener(self.port, self.started_wall, self.proc.pid,
+                                                 own=self.processes())
                         if stray is not None:
                             raise ServerError(
                                 f"port {self.port} answered, but from {stray}, not from this "
@@ -201,6 +218,7 @@ class Server:
                                 hint="stop that process (a server left from another run?); "
                                      "abbench measures nothing it did not start")
                         self.ready_at = now
+                        self.sessions |= sessions(self.processes())
                         self.shm_owned = group_shm(self.proc.pid)
                         # The server became ready after the previous (failed) poll was
                         # sent: an upper bound of how late we noticed.
@@ -219,6 +237,27 @@ class Server:
                 time.sleep(ready.interval)
         finally:
             poll.close()
+
+    def processes(self) -> set[int]:
+        """The life's processes now: marked with its token or below its main process."""
+        return life_pids(self.token, self.proc.pid) if self.token else set()
+
+    def _exited_early(self, code: int) -> ServerError:
+        """The main process ended before ready; one that daemonized is said so."""
+        left = alive(self.processes())
+        if left:
+            return ServerError(
+                f"the server's main process exited (code {code}) before it was ready, "
+                f"leaving {describe(left)} running: it put itself in the background",
+                where=self.where, log_tail=self.log_tail(),
+                hint="abbench measures and stops only a server that stays in the "
+                     "foreground: drop '&', --daemon or daemonize from the start command "
+                     "(a wrapper script should exec the server or wait for it); abbench "
+                     "stops what it left")
+        return ServerError(
+            f"the server exited with code {code} before it was ready",
+            where=self.where, log_tail=self.log_tail(),
+            hint=f"full log: {self.log_path}; run the start command by hand to see why")
 
     def responds(self, timeout: float) -> bool:
         """Whether the readiness path answers (any status) within ``timeout`` seconds."""
@@ -248,6 +287,7 @@ class Server:
         self.stopped = True
         try:
             pgid = self.proc.pid  # start_new_session: pgid == pid
+            self.sessions |= sessions(self.processes())  # before the main's children move
             owned = self.shm_owned | group_shm(pgid)  # what it may leave in /dev/shm
             deadline = time.perf_counter() + self.arm.stop_grace
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -268,6 +308,7 @@ class Server:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
             _wait_group_empty(pgid, time.perf_counter() + 5.0)
+            killed = self._stop_escaped() or killed
             removed = remove_stale_shm(self.started_wall, owned=owned)
             self._log(f"stopped: exit code {self.proc.returncode}"
                       + (f"; SIGKILL after stop_grace {self.arm.stop_grace:g} s" if killed
@@ -280,6 +321,34 @@ class Server:
                 with contextlib.suppress(OSError):
                     self._log_file.close()  # type: ignore[attr-defined]
         return self.proc.returncode
+
+    def _stop_escaped(self) -> bool:
+        """TERM, then KILL after the grace, every process of the life outside the
+        group (a setsid child, a double fork); then kill what still listens on the
+        life's port and started after it (a child that also cleared its environment),
+        naming it in the log. True when anything needed SIGKILL."""
+        if not self.token:
+            return False
+        left = alive(self.processes() | in_sessions(self.sessions))
+        if left:
+            self._log(f"stopping processes that left the server's group: {describe(left)}")
+            signal_all(left, signal.SIGCONT)
+            signal_all(left, signal.SIGTERM)
+            deadline = time.perf_counter() + self.arm.stop_grace
+            while (left := alive(left)) and time.perf_counter() < deadline:
+                time.sleep(0.05)
+        killed = bool(left)
+        stray = {p for p in port_listeners(self.port) if p != os.getpid()
+                 and _started_after(p, self.started_wall)}
+        if stray:
+            self._log(f"killed {describe(stray)}: it listened on the life's port {self.port} "
+                      "after the stop, outside the server's group and environment")
+        left |= stray
+        signal_all(left, signal.SIGKILL)
+        end = time.perf_counter() + 5.0
+        while alive(left) and time.perf_counter() < end:
+            time.sleep(0.05)
+        return killed or bool(stray)
 
     def _log(self, line: str) -> None:
         if self._log_file is None:
@@ -403,11 +472,23 @@ def remove_stale_shm(since: float, shm_dir: str = "/dev/shm", *,
     return removed
 
 
-def foreign_listener(port: int, since: float, own_pgid: int) -> str | None:
+def _started_after(pid: int, wall: float) -> bool:
+    """Whether process ``pid`` is ours and started after ``wall`` (time.time())."""
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        return proc.uids().real == os.getuid() and proc.create_time() >= wall - 0.5
+    except Exception:
+        return False
+
+
+def foreign_listener(port: int, since: float, own_pgid: int,
+                     own: set[int] | None = None) -> str | None:
     """Another process that listens on ``port`` and started before our server did (a
     stray server that took the port first), described; None when the port is held by
-    the server's own process group, by something it started (docker-proxy, say), or
-    when the system does not tell who holds it."""
+    the server's own process group or life (``own``: its setsid children too), by
+    something it started (docker-proxy, say), or when the system does not tell."""
     try:
         import psutil
 
@@ -422,7 +503,7 @@ def foreign_listener(port: int, since: float, own_pgid: int) -> str | None:
     strays = []
     for pid in pids:
         try:
-            if os.getpgid(pid) == own_pgid:
+            if pid in (own or set()) or os.getpgid(pid) == own_pgid:
                 return None
             proc = psutil.Process(pid)
             if proc.create_time() < since - 0.5:
@@ -473,7 +554,9 @@ def _spawn(arm: ResolvedArm, round_: int, port: int, argv: list[str], env: dict[
            log_path: Path, log_file: BinaryIO) -> Server:
     # The reaper starts first; the server's child process writes its group id to the
     # reaper before exec: there is no moment in which the server runs without a watchdog.
-    reaper = _start_reaper()
+    token = new_token()
+    env = {**env, LIFE_VAR: token}
+    reaper = _start_reaper(token)
     reaper_fd = reaper.stdin.fileno() if reaper is not None and reaper.stdin else None
     try:
         proc = subprocess.Popen(
@@ -496,7 +579,7 @@ def _spawn(arm: ResolvedArm, round_: int, port: int, argv: list[str], env: dict[
                                "value of 0 or more unless abbench runs as root") from None
     started = time.perf_counter()
     return Server(arm=arm, round=round_, port=port, log_path=log_path, proc=proc, reaper=reaper,
-                  started_at=started, _log_file=log_file)
+                  started_at=started, token=token, _log_file=log_file)
 
 
 def _popen_error(e: OSError, arm: ResolvedArm, round_: int, argv: list[str]) -> AbbenchError:
@@ -511,11 +594,12 @@ def _popen_error(e: OSError, arm: ResolvedArm, round_: int, argv: list[str]) -> 
                        f"round {round_}")
 
 
-def _start_reaper() -> subprocess.Popen[bytes] | None:
-    """``python -m abbench.server.reaper``; its first input line will be the server's pgid."""
+def _start_reaper(token: str) -> subprocess.Popen[bytes] | None:
+    """``python -m abbench.server.reaper TOKEN``; its first input line will be the
+    server's pgid."""
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "abbench.server.reaper"], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "abbench.server.reaper", token], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
     except OSError:
