@@ -146,6 +146,8 @@ class Campaign:
         self.timing = Timing()
         self.run: Run | None = None
         self.failed = 0
+        #: the warm-up requests of the current server life that failed
+        self.warmup_failed: list[str] = []
 
     # ----------------------------------------------------------- set-up
     def create_run(self, schedule: list[Slot], seed: int) -> Run:
@@ -199,6 +201,13 @@ class Campaign:
         else:
             self.run = run = resume.run
             schedule = resume.slots
+        run.take_writer()
+        try:
+            return self._execute(run, schedule)
+        finally:
+            run.release_writer()
+
+    def _execute(self, run: Run, schedule: list[Slot]) -> RunOutcome:
         resume_hint = f"resume with: abbench run --resume {run.id} --results {self.opts.results}"
         try:
             status, why = self._run_schedule(run, schedule)
@@ -300,6 +309,7 @@ class Campaign:
             raise Interrupted("interrupted")
         self.progress.slot(slot.index, slot.arm, slot.round, "starting server")
         t_start = time.time()
+        self.warmup_failed = []
         server: Server | None = None
         status: str = "failed"
         reason: str | None = "the server life did not finish"
@@ -346,6 +356,8 @@ class Campaign:
                 more["ready_s"] = server.ready_at - server.started_at
             if status == "failed" and server is not None:
                 more["log_tail"] = server.log_tail(10)
+            if self.warmup_failed:
+                more["warmup_failed"] = list(self.warmup_failed)
             with contextlib.suppress(StoreError):
                 self.record(SlotRecord(
                     **base, status=status, reason=reason, t_start=t_start, t_end=time.time(),
@@ -410,7 +422,7 @@ class Campaign:
 
     def _warmup(self, slot: Slot, arm: ResolvedArm, server: Server, client: Client,
                 prompts: PromptMaker) -> None:
-        for _ in range(self.cfg.warmup):
+        for i in range(self.cfg.warmup):
             self.progress.slot(slot.index, arm.name, slot.round, "warm-up")
             with self.timing.count("requests_s"):
                 try:
@@ -420,6 +432,10 @@ class Campaign:
                     if not server.alive():
                         raise _SlotFailed(f"the server died during warm-up: {e.message}") \
                             from None
+                    # kept with the life (slot record, log): its requests ran less warm
+                    self.warmup_failed.append(f"warm-up {i + 1}: {e.message}")
+                    self.progress.log(f"  warning: {arm.name} round {slot.round}: warm-up "
+                                      f"request {i + 1} failed: {e.message}")
 
     def _one_decode(self, slot: Slot, arm: ResolvedArm, server: Server, client: Client,
                     prompts: PromptMaker, workload: Workload, context: int, row: str, rep: int,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import difflib
+import fcntl
 import json
 import os
 import secrets
@@ -37,6 +38,10 @@ from abbench.server.interrupts import shielded
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
 SAMPLES_FILE = "samples.jsonl"
+#: held (flock) by the one abbench that writes the run; holds its pid
+WRITER_LOCK = ".writer.lock"
+#: the lock files this process holds, kept open until it exits
+_HELD: dict[Path, int] = {}
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -157,11 +162,44 @@ class Run:
         except OSError as e:
             raise StoreError(f"cannot create the run folder: {e}", where=str(path)) from None
         run = cls(path)
+        run.take_writer()
         run.logs_dir.mkdir()
         atomic_write(path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
         run.write_meta({**meta, "id": run_id, "schema": SCHEMA_VERSION})
         run.samples_path.touch()
         return run
+
+    def take_writer(self) -> None:
+        """Become the run's one writer: an exclusive lock on :data:`WRITER_LOCK`, held
+        until this process exits (the kernel drops it even after SIGKILL). A second
+        abbench (two ``run --resume`` at once) is refused, naming the holder's pid."""
+        path = self.path / WRITER_LOCK
+        if path in _HELD:
+            return
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise _write_error(path, e) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise StoreError(f"run {self.id} is still running by pid {holder}",
+                             where=str(self.path),
+                             hint="wait for it, or stop it (Ctrl-C) and resume then; one "
+                                  "abbench writes a run at a time") from None
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _HELD[path] = fd
+
+    def release_writer(self) -> None:
+        """Drop the writer lock (the run is finished with)."""
+        fd = _HELD.pop(self.path / WRITER_LOCK, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         atomic_write(self.path / RUN_FILE, json.dumps(meta, indent=2, default=str) + "\n")
