@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from abbench.campaign.environment import environment
+from abbench.campaign.health import SlotFailed, check_after
 from abbench.campaign.preflight import check_config
 from abbench.campaign.progress import Progress, SilentProgress
 from abbench.campaign.until_ci import planned_and_more
@@ -64,7 +65,7 @@ from abbench.report.compare import table_of
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.sweep import write_sweep
-from abbench.server.interrupts import handle_signals
+from abbench.server.interrupts import handle_signals, shielded
 from abbench.server.process import Server, start_server
 from abbench.slot import SlotContext, SlotTask
 from abbench.store.run import Run
@@ -181,11 +182,11 @@ class Campaign:
         """Each git arm's build log, as ``logs/build-<arm>.log`` in the run folder."""
         for arm in self.arms.values():
             if arm.built and arm.built.get("log"):
-                dest = run.path / "logs" / f"build-{arm.name}.log"
                 try:
+                    dest = run.checked(run.path / "logs" / f"build-{arm.name}.log")
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(arm.built["log"], dest)
-                except OSError as e:
+                except (OSError, StoreError) as e:
                     self.progress.log(f"warning: build log of {arm.name} not copied: {e}")
 
     # ----------------------------------------------------------- running
@@ -213,15 +214,14 @@ class Campaign:
             status, why = self._run_schedule(run, schedule)
         except BaseException as e:  # disk full, a bug, ...: keep what is written, say how
             self._stopped(run, e, resume_hint)
-        meta = run.update_meta(status=status, finished=_now(), timing=self.timing.as_dict(),
-                               rounds_done=_rounds_done(run))
-        try:
-            report = self.write_report(meta)
-        except Exception as e:
-            raise AbbenchError(f"every sample is kept in {run.samples_path}, but the report "
-                               f"could not be written: {_what(e)}",
-                               hint=f"abbench report {run.id} --results {self.opts.results} "
-                                    "renders it again") from None
+        try:  # a signal now waits until run.json and the report are written
+            with handle_signals(self.stop_event), shielded(raise_pending=True):
+                meta = run.update_meta(status=status, finished=_now(), rounds_done=_rounds_done(
+                    run), timing=self.timing.as_dict())
+                report = self._report(meta)
+        except Interrupted as e:
+            raise Interrupted(f"{e.message} after the run ended; run.json and the report are "
+                              f"written ({run.path / 'report.md'})") from None
         if status == "interrupted":
             raise Interrupted(f"{why}; every sample measured so far is kept in "
                               f"{run.samples_path}", hint=resume_hint)
@@ -285,6 +285,16 @@ class Campaign:
         assert self.run is not None
         yield from planned_and_more(self.cfg, self.run, schedule, seed, self.progress)
 
+    def _report(self, meta: dict[str, Any]) -> str:
+        assert self.run is not None
+        try:
+            return self.write_report(meta)
+        except Exception as e:
+            raise AbbenchError(f"every sample is kept in {self.run.samples_path}, but the "
+                               f"report could not be written: {_what(e)}",
+                               hint=f"abbench report {self.run.id} --results "
+                                    f"{self.opts.results} renders it again") from None
+
     def write_report(self, meta: dict[str, Any]) -> str:
         assert self.run is not None
         records = self.run.records()
@@ -329,7 +339,7 @@ class Campaign:
         except (ServerError, ConfigError) as e:  # ConfigError: the program vanished mid-run
             status, reason = "failed", e.message
             self.progress.log(f"  FAILED arm {arm.name}, round {slot.round}: {e}")
-        except _SlotFailed as e:
+        except SlotFailed as e:
             status, reason = "failed", str(e)
             self.progress.log(f"  FAILED arm {arm.name}, round {slot.round}: {e}")
         except Interrupted:
@@ -417,7 +427,7 @@ class Campaign:
         with self.timing.count("tasks_s"):
             task.run(ctx)
         if not ctx.server.alive():
-            raise _SlotFailed(f"the server exited during {task.name} "
+            raise SlotFailed(f"the server exited during {task.name} "
                               f"(code {ctx.server.proc.returncode})")
 
     def _warmup(self, slot: Slot, arm: ResolvedArm, server: Server, client: Client,
@@ -430,7 +440,7 @@ class Campaign:
                     client.complete(ids, 8, stop_event=self.stop_event)
                 except RequestError as e:
                     if not server.alive():
-                        raise _SlotFailed(f"the server died during warm-up: {e.message}") \
+                        raise SlotFailed(f"the server died during warm-up: {e.message}") \
                             from None
                     # kept with the life (slot record, log): its requests ran less warm
                     self.warmup_failed.append(f"warm-up {i + 1}: {e.message}")
@@ -454,7 +464,7 @@ class Campaign:
         if self.stop_event.is_set():
             raise Interrupted("interrupted")
         self.record(rec)
-        _check_after(rec, server, arm)
+        check_after(rec, server, arm)
 
 
     def _load(self, ctx: SlotContext, prompts: PromptMaker, workload: Workload, w_index: int,
@@ -499,7 +509,7 @@ class Campaign:
                             **head, "valid": out.valid, "reason": out.reason,
                             "metrics": out.metrics, "status": status, **out.detail})
                     self.record(rec)
-                    _check_after(rec, ctx.server, ctx.arm)
+                    check_after(rec, ctx.server, ctx.arm)
 
 
 def arm_meta(a: ResolvedArm) -> dict[str, Any]:
@@ -523,10 +533,6 @@ def order_seed(meta: dict[str, Any]) -> int:
     from it): ``order_seed`` where it differs from the run's own ``seed`` (a shard's:
     the campaign's), else ``seed``."""
     return int(meta.get("order_seed", meta.get("seed")) or 0)
-
-
-class _SlotFailed(Exception):
-    pass
 
 
 def _what(e: BaseException) -> str:
@@ -567,33 +573,3 @@ def system_fingerprints(records: list[Record], slot: int) -> list[str]:
             if fp and fp not in out:
                 out.append(fp)
     return out
-
-
-def _check_after(rec: WorkloadSample, server: Server, arm: ResolvedArm) -> None:
-    """After a sample: raise _SlotFailed when it failed and the server cannot go on.
-    The readiness path is probed only when a request went silent (the transport's and
-    the load workload's "no data for ..."), for the preset's ``hang_probe_timeout_s``:
-    SGLang's /health runs a generation, a request that failed otherwise asks it nothing."""
-    if rec.status != "failed":
-        return
-    silent = "no data for" in str(rec.reason or "")
-    trouble = _server_trouble(server, arm_preset(arm).hang_probe_timeout_s, probe=silent)
-    if trouble:
-        raise _SlotFailed(f"{trouble} ({rec.reason}); log: {server.log_path}")
-
-
-def _server_trouble(server: Server, timeout: float, *, probe: bool) -> str | None:
-    """After a failed request: why this server cannot go on, or None when it can.
-
-    Dead, or (when the request went silent: ``probe``) alive but not answering its
-    readiness path within ``timeout`` (hung, e.g. SIGSTOPped).
-    """
-    if not server.alive():
-        return f"the server died (exit code {server.proc.returncode})"
-    if not probe:
-        return None
-    if not server.responds(timeout):
-        if not server.alive():
-            return f"the server died (exit code {server.proc.returncode})"
-        return f"the server hangs: no answer to GET {server.arm.ready.path} in {timeout:g} s"
-    return None

@@ -17,6 +17,8 @@ import signal
 import sys
 import time
 
+from abbench.server.tree import alive, in_sessions, life_pids, sessions, signal_all
+
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is abbench's to handle
@@ -28,8 +30,6 @@ def main(argv: list[str]) -> int:
     data = sys.stdin.buffer.read()  # returns at EOF: abbench closed us or died
     if b"done" in data:
         return 0
-    from abbench.server.tree import alive, in_sessions, life_pids, sessions, signal_all
-
     token = argv[1] if len(argv) > 1 else ""
     escaped = life_pids(token, pgid) if token else set()
     escaped |= in_sessions(sessions(escaped) - {pgid}) if escaped else set()

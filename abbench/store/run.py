@@ -20,6 +20,7 @@ import difflib
 import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -38,6 +39,8 @@ from abbench.server.interrupts import shielded
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
 SAMPLES_FILE = "samples.jsonl"
+#: the length run.json's status line is padded to: any status fits in place
+_STATUS_LINE = 32
 #: held (flock) by the one abbench that writes the run; holds its pid
 WRITER_LOCK = ".writer.lock"
 #: the lock files this process holds, kept open until it exits
@@ -149,7 +152,21 @@ class Run:
         return self.path / "logs"
 
     def log_path(self, arm: str, round_: int) -> Path:
-        return self.logs_dir / f"{arm}-r{round_}.log"
+        return self.checked(self.logs_dir / f"{arm}-r{round_}.log")
+
+    def checked(self, path: Path) -> Path:
+        """``path`` (inside the run folder), refused when it or a folder on the way is a
+        link: abbench writes nothing through a link out of the results folder."""
+        rel = path.relative_to(self.path)
+        for depth in range(1, len(rel.parts) + 1):
+            p = self.path.joinpath(*rel.parts[:depth])
+            if p.is_symlink():
+                raise StoreError(f"{p.relative_to(self.path)} in the run folder is a link "
+                                 f"(to {os.readlink(p)}); abbench writes only inside the "
+                                 "results folder", where=str(p),
+                                 hint="remove the link (keep what it points to, if you need "
+                                      "it), then resume the run")
+        return path
 
     # ------------------------------------------------------------ writing
     @classmethod
@@ -202,7 +219,36 @@ class Run:
                 os.close(fd)
 
     def write_meta(self, meta: dict[str, Any]) -> None:
-        atomic_write(self.path / RUN_FILE, json.dumps(meta, indent=2, default=str) + "\n")
+        """run.json, atomically; on a disk with no room for a new file (no free inode)
+        its status is still changed in place, so a stopped run never reads "running"."""
+        text = json.dumps(meta, indent=2, default=str) + "\n"
+        # room on the status line for any status, for that in-place change
+        text = re.sub(r'^(  "status": "[a-z]*",)$', lambda m: m.group(1).ljust(_STATUS_LINE),
+                      text, count=1, flags=re.M)
+        try:
+            atomic_write(self.path / RUN_FILE, text)
+        except StoreError:
+            if not self._status_in_place(str(meta.get("status", ""))):
+                raise
+
+    def _status_in_place(self, status: str) -> bool:
+        """Rewrite only the status line of run.json in place, within its length (no new
+        inode, no new block). True when it was done."""
+        path = self.path / RUN_FILE
+        try:
+            with open(path, "r+b") as f:
+                old = f.read()
+                m = re.search(rb'^  "status": "[a-z]*",( *)$', old, flags=re.M)
+                new = f'  "status": {json.dumps(status)},'.encode()
+                if m is None or len(new) > m.end() - m.start():
+                    return False
+                f.seek(m.start())
+                f.write(new.ljust(m.end() - m.start()))
+                f.flush()
+                os.fsync(f.fileno())
+            return True
+        except OSError:
+            return False
 
     def update_meta(self, **changes: Any) -> dict[str, Any]:
         meta = self.meta()
@@ -225,7 +271,8 @@ class Run:
         line = "".join(record_line(record) for record in records).encode()
         with shielded(raise_pending=True):
             try:
-                fd = os.open(self.samples_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                fd = os.open(self.checked(self.samples_path),
+                             os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             except OSError as e:
                 raise self._append_error(e) from None
             try:
@@ -269,13 +316,26 @@ class Run:
 
     # ------------------------------------------------------------ reading
     def meta(self) -> dict[str, Any]:
+        path = self.path / RUN_FILE
         try:
-            meta = json.loads((self.path / RUN_FILE).read_text(encoding="utf-8"))
+            meta = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise StoreError("not a run folder (no run.json)", where=str(self.path),
-                             hint="give a run id listed by abbench ls") from None
+            raise _no_run_json(self.path) from None
+        except IsADirectoryError:
+            raise StoreError("run.json is a directory", where=str(path),
+                             hint="move it away and put the run's run.json back") from None
+        except json.JSONDecodeError as e:
+            cut = e.doc.lstrip().startswith("{") and not e.doc.rstrip().endswith("}")
+            raise StoreError(f"run.json is {'cut short' if cut else 'not valid JSON'} "
+                             f"(line {e.lineno}, column {e.colno}: {e.msg})", where=str(path),
+                             hint="a full disk or an editor may have cut it: restore it from "
+                                  "a backup; samples.jsonl, which holds every measurement, is "
+                                  "untouched") from None
         except (OSError, ValueError) as e:
-            raise StoreError(f"run.json cannot be read: {e}", where=str(self.path)) from None
+            raise StoreError(f"run.json cannot be read: {e}", where=str(path)) from None
+        if not isinstance(meta, dict):
+            raise StoreError(f"run.json holds a JSON {type(meta).__name__}, not an object",
+                             where=str(path), hint="restore the run's run.json from a backup")
         check_schema(meta.get("schema"), where=str(self.path / RUN_FILE))
         return meta
 
@@ -390,6 +450,16 @@ def list_runs(results: Path) -> list[Run]:
                   key=lambda r: r.id)
 
 
+def _no_run_json(folder: Path) -> StoreError:
+    if (folder / SAMPLES_FILE).exists() or (folder / "config.yaml").exists():
+        return StoreError("the run folder has no run.json (deleted or moved?)",
+                          where=str(folder), hint="put its run.json back (from a backup); "
+                          "samples.jsonl and config.yaml are kept; abbench needs run.json "
+                          "to report or resume the run")
+    return StoreError("not a run folder (no run.json)", where=str(folder),
+                      hint="give a run id listed by abbench ls")
+
+
 def open_run(ref: str, results: Path) -> Run:
     """A run by id (or unique prefix), or by its folder path."""
     p = Path(ref)
@@ -398,6 +468,12 @@ def open_run(ref: str, results: Path) -> Run:
     cand = results / ref
     if (cand / RUN_FILE).is_file():
         return Run(cand)
+    for folder in (p, cand):  # the folder is there, its run.json is not (a file)
+        if (folder / RUN_FILE).exists():
+            return Run(folder)  # reading it says what is wrong
+        if folder.is_dir() and ((folder / SAMPLES_FILE).exists()
+                                or (folder / "config.yaml").exists()):
+            raise _no_run_json(folder)
     ids = [r.id for r in list_runs(results)]
     if ref == "latest" and ids:
         return Run(results / ids[-1])

@@ -4,7 +4,6 @@ from shared/fixtures) and a fixed arms file. ``UPDATE_GOLDEN=1`` rewrites them."
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from abbench.report.calibrate import noise_floor, render_calibration
 from abbench.report.compare import run_table
 from abbench.report.quality_text import render_section
 from abbench.store.run import Run
+from tests.conftest import copy_golden_runs
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 RUNS = GOLDEN / "runs"
@@ -30,10 +30,7 @@ def check_golden(name: str, text: str) -> None:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("results")
-    for run in RUNS.iterdir():
-        shutil.copytree(run, out / run.name)
-    return out
+    return copy_golden_runs(tmp_path_factory.mktemp("results"))
 
 
 def cli(*args: str | Path) -> str:
