@@ -19,6 +19,7 @@ import typer
 
 from abbench.campaign import commands
 from abbench.campaign.commands import Output
+from abbench.config.secrets import environment_secrets, redact, remember
 from abbench.errors import AbbenchError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -380,7 +381,8 @@ class _Guarded:
     def write(self, text: str) -> int:
         if self.lost is None:
             try:
-                return int(self._stream.write(text))
+                self._stream.write(redact(text))  # no known secret reaches a terminal
+                return len(text)
             except OSError as e:
                 self._lose(e)
         return len(text)
@@ -425,6 +427,7 @@ def _guard_streams() -> tuple[_Guarded, _Guarded]:
 
 
 def main() -> None:
+    remember(environment_secrets(os.environ))
     out, _err = _guard_streams()
     try:
         app(standalone_mode=True)

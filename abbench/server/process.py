@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from abbench.config.schema import ResolvedArm, format_cpus, scrub, secret_values
+from abbench.config.schema import ResolvedArm, format_cpus
+from abbench.config.secrets import redact, scrub, secret_values
 from abbench.errors import AbbenchError, ConfigError, Interrupted, ServerError, StoreError
 from abbench.server.http import Transport, TransportError
 from abbench.server.interrupts import shielded
@@ -191,7 +192,7 @@ class Server:
         return self.proc.poll() is None
 
     def log_tail(self, lines: int = 20) -> str:
-        return tail(self.log_path, lines)
+        return redact(tail(self.log_path, lines))
 
     def wait_ready(self, should_stop: Callable[[], bool] = lambda: False) -> float:
         """Poll the readiness path until 200; return seconds from start to ready."""
@@ -323,6 +324,7 @@ class Server:
             if self._log_file is not None:
                 with contextlib.suppress(OSError):
                     self._log_file.close()  # type: ignore[attr-defined]
+            redact_file(self.log_path)  # what the server printed of a known secret
         return self.proc.returncode
 
     def _stop_escaped(self) -> bool:
@@ -361,6 +363,21 @@ class Server:
             text = ("" if _ends_a_line(self.log_path) else "\n") + f"# abbench: {line}\n"
             self._log_file.write(text.encode())  # type: ignore[attr-defined]
             self._log_file.flush()  # type: ignore[attr-defined]
+
+
+def redact_file(path: Path, limit: int = 256 * 1024 * 1024) -> None:
+    """Rewrite a server log with every known secret as *** (in place: the log's own
+    inode, so a link was refused before it was opened); skipped above ``limit``."""
+    with contextlib.suppress(OSError):
+        if path.stat().st_size > limit:
+            return
+        data = path.read_bytes()
+        text = data.decode("utf-8", "surrogateescape")
+        clean = redact(text)
+        if clean != text:
+            with open(path, "r+b") as f:
+                f.write(clean.encode("utf-8", "surrogateescape"))
+                f.truncate()
 
 
 def _ends_a_line(path: Path) -> bool:

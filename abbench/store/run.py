@@ -32,6 +32,7 @@ from typing import Any, BinaryIO
 
 import yaml
 
+from abbench.config.secrets import redact
 from abbench.errors import StoreError
 from abbench.model.records import Record, RecordError, parse_record
 from abbench.server.interrupts import shielded
@@ -59,7 +60,7 @@ def atomic_write(path: Path, text: str) -> None:
         raise _write_error(path, e) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            f.write(redact(text))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -268,7 +269,7 @@ class Run:
     def append_many(self, records: list[Record]) -> None:
         """Append records as one write and one fsync (a load level's requests): all of
         them are on disk when it returns, or none."""
-        line = "".join(record_line(record) for record in records).encode()
+        line = redact("".join(record_line(record) for record in records)).encode()
         with shielded(raise_pending=True):
             try:
                 fd = os.open(self.checked(self.samples_path),
