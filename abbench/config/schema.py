@@ -758,7 +758,11 @@ def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
     if shell:
         argv = [start if isinstance(start, str) else shlex.join(start)]
     else:
-        argv = shlex.split(start) if isinstance(start, str) else [str(s) for s in start]
+        try:
+            argv = shlex.split(start) if isinstance(start, str) else [str(s) for s in start]
+        except ValueError as e:  # an unbalanced quote
+            raise ConfigError(f"cannot be split into arguments: {e}", where=f"{where}.start",
+                              hint="close the quote, or give start: as an argv list") from None
     ready = pick("ready") or Readiness()
     if ready.path is None:
         ready = ready.model_copy(update={"path": preset.ready_path})
