@@ -20,7 +20,7 @@ import typer
 from abbench.campaign import commands
 from abbench.campaign.commands import Output
 from abbench.config.secrets import environment_secrets, redact, remember
-from abbench.errors import AbbenchError
+from abbench.errors import AbbenchError, printable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Interleaved A/B benchmarking of LLM inference-server builds.")
@@ -374,14 +374,17 @@ class _Guarded:
     pipe (EPIPE) or a terminal that went away (EIO, after SIGHUP) ends the output, not
     the command; the run goes on to its end (or its interrupt) and keeps its files."""
 
-    def __init__(self, stream: Any):
+    def __init__(self, stream: Any, *, plain: bool = False):
         self._stream = stream
         self.lost: int | None = None  # the errno that ended the output
+        #: stdout: abbench writes no escape sequence there, so none passes
+        self._plain = plain
 
     def write(self, text: str) -> int:
         if self.lost is None:
             try:
-                self._stream.write(redact(text))  # no known secret reaches a terminal
+                shown = redact(text)  # no known secret reaches a terminal
+                self._stream.write(printable(shown) if self._plain else shown)
                 return len(text)
             except OSError as e:
                 self._lose(e)
@@ -420,7 +423,7 @@ def _guard_streams() -> tuple[_Guarded, _Guarded]:
         if reconfigure is not None:
             with contextlib.suppress(ValueError, OSError):
                 reconfigure(errors="replace")
-        g = _Guarded(stream)
+        g = _Guarded(stream, plain=name == "stdout")
         setattr(sys, name, g)
         guarded.append(g)
     return guarded[0], guarded[1]

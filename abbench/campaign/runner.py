@@ -64,6 +64,7 @@ from abbench.model.schedule import Slot
 from abbench.report.compare import table_of
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
+from abbench.report.notes import exposure_warning
 from abbench.report.sweep import write_sweep
 from abbench.server.interrupts import handle_signals, shielded
 from abbench.server.process import Server, start_server
@@ -334,6 +335,8 @@ class Campaign:
                 self.timing.ready_lags_ms.append(server.ready_noticed_lag * 1e3)
             self.progress.log(f"  {arm.name} round {slot.round}: ready in {ready_s:.1f} s "
                               f"(port {server.port})")
+            if server.exposed:
+                self._exposed(arm.name, server.exposed)
             self.serve(slot, arm, server, base)
             status, reason = "ok", None
         except (ServerError, ConfigError) as e:  # ConfigError: the program vanished mid-run
@@ -373,6 +376,16 @@ class Campaign:
                     **base, status=status, reason=reason, t_start=t_start, t_end=time.time(),
                     exit_code=code, log=str(self.run.log_path(arm.name, slot.round)
                                             .relative_to(self.run.path)), **more))
+
+    def _exposed(self, arm: str, addresses: list[str]) -> None:
+        """A server listening beyond 127.0.0.1: a warning now, in run.json and the report."""
+        assert self.run is not None
+        meta = self.run.meta()
+        seen = meta.get("exposed") or {}
+        if sorted(set(seen.get(arm, [])) | set(addresses)) != seen.get(arm):
+            self.run.update_meta(exposed={**seen, arm: sorted(set(seen.get(arm, [])) |
+                                                              set(addresses))})
+        self.progress.log(f"  warning: {exposure_warning(arm, addresses)}")
 
     def serve(self, slot: Slot, arm: ResolvedArm, server: Server, base: At) -> None:
         """Everything done with one ready server."""

@@ -217,3 +217,17 @@ def load_notes(records: list[Record]) -> list[str]:
             out.append(f"Warning: {md_escape(s.workload)} ({md_escape(s.arm)}, round "
                        f"{s.round}) sent {sent:.2f} req/s against {rate:g} asked for.")
     return out
+
+
+def exposure_warning(arm: str, addresses: list[str]) -> str:
+    """The words for a server that listens beyond 127.0.0.1."""
+    return (f"arm {arm}'s server listens on {', '.join(addresses)}, beyond 127.0.0.1: anyone "
+            "who can reach this host can send it requests (and disturb the measurement); "
+            "bind it to {host} (127.0.0.1) unless that is meant")
+
+
+def exposure_notes(meta: dict[str, Any]) -> list[str]:
+    """A warning per arm whose server listened beyond 127.0.0.1 (run.json's exposed)."""
+    exposed = meta.get("exposed") or {}
+    return [f"Warning: {exposure_warning(arm, list(addrs))}."
+            for arm, addrs in sorted(exposed.items()) if isinstance(addrs, list) and addrs]

@@ -44,6 +44,7 @@ from abbench.server.tree import (
     LIFE_VAR,
     alive,
     describe,
+    exposed,
     in_sessions,
     life_pids,
     new_token,
@@ -169,6 +170,8 @@ class Server:
     #: processes were seen in (a setsid child's session outlives its parent link)
     token: str = ""
     sessions: set[int] = field(default_factory=set)
+    #: the non-loopback addresses the life listened on when it became ready
+    exposed: list[str] = field(default_factory=list)
     _log_file: object = field(default=None, repr=False)
 
     @property
@@ -223,6 +226,7 @@ class Server:
                                      "abbench measures nothing it did not start")
                         self.ready_at = now
                         self.sessions |= sessions(self.processes())
+                        self.exposed = exposed(self.processes() | {self.proc.pid})
                         self.shm_owned = group_shm(self.proc.pid)
                         # The server became ready after the previous (failed) poll was
                         # sent: an upper bound of how late we noticed.

@@ -149,3 +149,21 @@ def describe(pids: Iterable[int]) -> str:
             name = f.read().strip()
         out.append(f"pid {pid} ({name})")
     return ", ".join(out)
+
+
+#: addresses only this host can reach
+LOOPBACK = ("127.", "::1", "::ffff:127.")
+
+
+def exposed(pids: Iterable[int]) -> list[str]:
+    """The non-loopback addresses these processes listen on (``0.0.0.0``, ``::``, a
+    host's own address), each once: anyone who can reach them can send requests."""
+    try:
+        import psutil
+
+        conns = psutil.net_connections(kind="tcp")
+    except Exception:  # AccessDenied on some systems: cannot tell
+        return []
+    mine = set(pids)
+    return sorted({c.laddr.ip for c in conns if c.pid in mine and c.laddr
+                   and c.status == psutil.CONN_LISTEN and not c.laddr.ip.startswith(LOOPBACK)})
