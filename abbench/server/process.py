@@ -46,6 +46,7 @@ from abbench.server.tree import (
     describe,
     exposed,
     in_sessions,
+    life_of,
     life_pids,
     new_token,
     port_listeners,
@@ -347,8 +348,10 @@ class Server:
             while (left := alive(left)) and time.perf_counter() < deadline:
                 time.sleep(0.05)
         killed = bool(left)
+        # another life's server (this abbench's or another's) that took the port since
+        # is not ours to kill: it carries its own token
         stray = {p for p in port_listeners(self.port) if p != os.getpid()
-                 and _started_after(p, self.started_wall)}
+                 and life_of(p) in (None, self.token) and _started_after(p, self.started_wall)}
         if stray:
             self._log(f"killed {describe(stray)}: it listened on the life's port {self.port} "
                       "after the stop, outside the server's group and environment")

@@ -50,6 +50,16 @@ def marked(token: str) -> set[int]:
     return found
 
 
+def life_of(pid: int) -> str | None:
+    """The life token in process ``pid``'s environment (None: none, or unreadable)."""
+    prefix = f"{LIFE_VAR}=".encode()
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as f:
+        for item in f.read().split(b"\0"):
+            if item.startswith(prefix):
+                return item[len(prefix):].decode("ascii", "replace")
+    return None
+
+
 def _ppid(pid: int) -> int | None:
     with contextlib.suppress(OSError, ValueError, IndexError), open(
             f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
