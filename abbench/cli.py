@@ -1,9 +1,14 @@
 """The command line: parse, call one core function (:mod:`abbench.campaign.commands`),
-print what it returns. The one error boundary is :func:`command`."""
+print what it returns. The one error boundary is :func:`command`; the one boundary of
+the terminal is :func:`main` (a closed pipe, a closed terminal, an encoding that cannot
+show a character, Ctrl-C outside a run)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
+import os
 import sys
 from collections.abc import Callable
 from enum import Enum
@@ -14,7 +19,8 @@ import typer
 
 from abbench.campaign import commands
 from abbench.campaign.commands import Output
-from abbench.errors import AbbenchError
+from abbench.config.secrets import environment_secrets, redact, remember
+from abbench.errors import AbbenchError, printable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Interleaved A/B benchmarking of LLM inference-server builds.")
@@ -382,11 +388,84 @@ def builds_gc(
     return commands.builds_gc(keep_days=keep_days, max_gib=max_gib, dry_run=dry_run)
 
 
+#: exit code when the reader of stdout went away (128 + SIGPIPE, as shell tools)
+EXIT_PIPE = 141
+
+
+class _Guarded:
+    """A text stream that drops what it can no longer write: a reader that closed the
+    pipe (EPIPE) or a terminal that went away (EIO, after SIGHUP) ends the output, not
+    the command; the run goes on to its end (or its interrupt) and keeps its files."""
+
+    def __init__(self, stream: Any, *, plain: bool = False):
+        self._stream = stream
+        self.lost: int | None = None  # the errno that ended the output
+        #: stdout: abbench writes no escape sequence there, so none passes
+        self._plain = plain
+
+    def write(self, text: str) -> int:
+        if self.lost is None:
+            try:
+                shown = redact(text)  # no known secret reaches a terminal
+                self._stream.write(printable(shown) if self._plain else shown)
+                return len(text)
+            except OSError as e:
+                self._lose(e)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.lost is None:
+            try:
+                self._stream.flush()
+            except OSError as e:
+                self._lose(e)
+
+    def _lose(self, e: OSError) -> None:
+        self.lost = e.errno or errno.EIO
+        try:  # what the stream still buffers goes nowhere at exit, without a complaint
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _guard_streams() -> tuple[_Guarded, _Guarded]:
+    """stdout and stderr that replace what their encoding cannot show (a Latin-1
+    terminal) and survive a closed pipe or terminal."""
+    guarded = []
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, _Guarded):
+            guarded.append(stream)
+            continue
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="replace")
+        g = _Guarded(stream, plain=name == "stdout")
+        setattr(sys, name, g)
+        guarded.append(g)
+    return guarded[0], guarded[1]
+
+
 def main() -> None:
+    remember(environment_secrets(os.environ))
+    out, _err = _guard_streams()
     try:
-        app()
+        app(standalone_mode=True)
     except KeyboardInterrupt:  # outside a run (which handles it itself)
-        sys.exit(130)
+        code: int | str | None = 130
+    except SystemExit as e:
+        code = e.code
+    else:
+        code = 0
+    if out.lost == errno.EPIPE:  # the reader left: what it read was not the verdict
+        code = EXIT_PIPE
+    sys.exit(code)
 
 
 if __name__ == "__main__":

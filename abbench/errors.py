@@ -7,8 +7,20 @@ Every error carries *what* went wrong, *where* (file, field, arm, round) and a
 
 from __future__ import annotations
 
+import re
+
 #: the most characters of a value (a key, a path, a server's answer) a message echoes
 ECHO_LIMIT = 200
+
+
+#: control characters a terminal would act on (ESC sequences, bell, backspace, C1)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but newline and tab shown as U+FFFD: what
+    a server or a label carries reaches no terminal as an escape sequence."""
+    return _CONTROL.sub("\ufffd", text)
 
 
 def clip(value: object, limit: int = ECHO_LIMIT) -> str:
@@ -41,7 +53,7 @@ class AbbenchError(Exception):
         parts = [f"{self.where}: {self.message}" if self.where else self.message]
         if self.hint:
             parts.append(f"hint: {self.hint}")
-        return "\n".join(parts)
+        return printable("\n".join(parts))
 
 
 class ConfigError(AbbenchError):
@@ -80,7 +92,7 @@ class ServerError(AbbenchError):
         if self.log_tail:
             tail = "\n".join("    " + line for line in self.log_tail.rstrip().splitlines())
             text += f"\n  last lines of the server log:\n{tail}"
-        return text
+        return printable(text)
 
 
 class RequestError(AbbenchError):

@@ -10,6 +10,7 @@ against the real llama-server; marked ``real`` here, by folder), and ``golden/``
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -63,6 +64,13 @@ def write_arms(path: Path, body: str) -> Path:
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
     return tmp_path / "results"
+
+
+def copy_golden_runs(out: Path) -> Path:
+    """A copy of the real H200 run folders of tests/golden/runs/ under ``out``."""
+    for run in (ROOT / "tests" / "golden" / "runs").iterdir():
+        shutil.copytree(run, out / run.name)
+    return out
 
 
 def no_process_left(pattern: str) -> bool:

@@ -22,6 +22,11 @@ Behaviour is set by flags:
                     exit-on-start | never-ready   at start-up
                     endless-props  GET /props sends a body that never ends
                     bad-tokenize   POST /tokenize answers {"tokens": "oops"}
+                    hang-tokenize  POST /tokenize never answers
+                    overstream     half again as many content chunks as the usage and
+                                   timings count (a server miscounting its tokens)
+                    timings-long   timings.predicted_ms ten times the real decode time
+  --fault-first N   the fault only for the first N completions (a failed warm-up)
   --burst           prebuild each stream and send it at once (client-capacity bench)
   --slots N         completions served at once, the rest wait (llama.cpp's -np); 4
   --itl-ms A,B,...  per-token delays in ms, cycled (token i waits the i-th of them
@@ -52,6 +57,14 @@ Stopping (abbench's stop order):
   --ignore-term     the main process notes TERM and goes on (SIGKILL must end it)
   --leave-shm NAME  create /dev/shm/NAME at start, map it, and leave it (a server
                     killed before its resource tracker ran)
+  --daemon MODE     the serving process leaves the server's process group by setsid(),
+                    as `server &` wrappers and daemon(3) do:
+                    wait      a child serves, the main waits for it
+                    double    a grandchild serves (double fork), the main sleeps
+                    exit      a child serves, the main exits at once (daemon(3))
+                    clearenv  as double; the grandchild clears its environment and
+                              calls setsid() again
+  --ignore-term-all every process of the server ignores TERM (SIGKILL must end it)
 """
 
 from __future__ import annotations
@@ -268,6 +281,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/tokenize" and st.args.fault == "bad-tokenize":
             self._json(200, {"tokens": "oops"})
             return
+        if self.path == "/tokenize" and st.args.fault == "hang-tokenize":
+            time.sleep(3600)
+            return
         if self.path == "/tokenize":
             words = str(body.get("content", "")).split()
             ids = [word_id(w) for w in words]
@@ -311,15 +327,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def _generate(self, st: State, body: dict, k: int) -> None:
         a = st.args
-        faulty = a.fault and a.fault_every and k % a.fault_every == 0
+        faulty = a.fault and a.fault_every and k % a.fault_every == 0 \
+            and (not a.fault_first or k <= a.fault_first)
         if faulty and a.fault == "http500":
             self._json(500, {"error": {"message": "reference fault"}})
             return
         prompt = body.get("prompt")
         n_prompt = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
         n = int(body.get("n_predict") or body.get("max_tokens") or 16)
+        claimed = n
         if faulty and a.fault == "short":
-            n = max(2, n - 3)
+            n = claimed = max(2, n - 3)
+        if faulty and a.fault == "overstream":
+            n = claimed * 3 // 2
         rate = a.rate * (1 + a.drift) ** (k - 1) if a.rate else 0.0
         gaps = [float(x) / 1e3 for x in a.itl_ms.split(",")] if a.itl_ms else []
         self.send_response(200)
@@ -403,8 +423,11 @@ class Handler(BaseHTTPRequestHandler):
             send(chunk)
         with st.lock:
             st.prompt_tokens_total += n_prompt
-            st.predicted_total += n
+            st.predicted_total += claimed
         gen_ms = (t_last - t_first) * 1e3
+        if faulty and a.fault == "timings-long":
+            gen_ms *= 10
+        n = claimed
         if st.shapes is not None:
             self._final_shapes(st, st.shapes, prompt, n_prompt, n, t0, t_first, gen_ms, send)
             return
@@ -485,6 +508,30 @@ def _stopping(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, term)
 
 
+def _daemon(mode: str) -> None:
+    """--daemon MODE (see the module docstring); returns in the process that serves."""
+    if not mode:
+        return
+    child = os.fork()
+    if child:  # the main process
+        if mode == "exit":
+            os._exit(0)
+        if mode == "wait":
+            os.waitpid(child, 0)
+            os._exit(0)
+        while True:
+            time.sleep(1)
+    os.setsid()
+    if mode in ("double", "clearenv"):
+        if os.fork():
+            os._exit(0)
+        if mode == "clearenv":  # a session of its own again: only its port names it
+            os.setsid()
+            i = sys.argv.index("--daemon")
+            argv = [*sys.argv[:i], *sys.argv[i + 2:]]
+            os.execve(sys.executable, [sys.executable, *argv], {})
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--host", default="127.0.0.1")
@@ -496,6 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--burst", action="store_true", help="send each stream at once")
     p.add_argument("--fault", default="")
     p.add_argument("--fault-every", type=int, default=1)
+    p.add_argument("--fault-first", type=int, default=0)
     p.add_argument("--slots", type=int, default=4, help="requests served at once (-np)")
     p.add_argument("--itl-ms", default="", help="per-token delays in ms, cycled")
     p.add_argument("--stamp", action="store_true", help="server send time in each chunk")
@@ -509,7 +557,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--child", action="store_true")
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--leave-shm", default="")
+    p.add_argument("--daemon", default="", choices=["", "wait", "double", "exit", "clearenv"])
+    p.add_argument("--ignore-term-all", action="store_true")
     args = p.parse_args(argv)
+    if args.ignore_term_all:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _daemon(args.daemon)
     if args.fault == "exit-on-start":
         print("refserver: failing at start-up as asked", flush=True)
         return 3

@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, TaskID, TextColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
+from abbench.errors import printable
+
 
 class Progress(Protocol):
     def start(self, total_slots: int) -> None: ...
@@ -46,7 +48,7 @@ class PlainProgress:
               f"(ETA {_eta(self.started, index, self.total)})", file=self.stream, flush=True)
 
     def log(self, message: str) -> None:
-        print(message, file=self.stream, flush=True)
+        print(printable(message), file=self.stream, flush=True)
 
     def finish(self) -> None:
         pass
@@ -75,7 +77,7 @@ class LiveProgress:
                         description=f"round {round_} · {arm} · {what}")
 
     def log(self, message: str) -> None:
-        self.bar.console.print(message, markup=False, highlight=False)
+        self.bar.console.print(printable(message), markup=False, highlight=False)
 
     def finish(self) -> None:
         if self.task is not None:

@@ -38,6 +38,7 @@ def _still_running(pid: object) -> bool:
 def resume_run(ref: str, results: Path, *, progress: Progress | None = None) -> RunOutcome:
     """Continue run ``ref`` (id, unique prefix or folder) stored under ``results``."""
     run = open_run(ref, results)
+    run.take_writer()  # a second abbench resuming the same run stops here (exit 2)
     meta = run.meta()
     where = str(run.path / "run.json")
     if meta.get("status") == "running" and _still_running(meta.get("pid")):

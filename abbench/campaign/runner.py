@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from abbench.campaign.environment import environment
+from abbench.campaign.health import SlotFailed, check_after
 from abbench.campaign.preflight import check_config
 from abbench.campaign.progress import Progress, SilentProgress
 from abbench.campaign.until_ci import planned_and_more
@@ -62,10 +63,11 @@ from abbench.model.records import (
 from abbench.model.rounds import complete_rounds, read_state
 from abbench.model.schedule import Slot
 from abbench.report.formats import render_json
-from abbench.report.markdown import render_markdown
+from abbench.report.markdown import note_text, render_markdown
+from abbench.report.notes import exposure_note
 from abbench.report.sweep import write_sweep
 from abbench.report.table import Note, table_of
-from abbench.server.interrupts import handle_signals
+from abbench.server.interrupts import handle_signals, shielded
 from abbench.server.process import Server, start_server
 from abbench.slot import SlotContext, SlotTask
 from abbench.store.run import Run
@@ -150,6 +152,8 @@ class Campaign:
         self.timing = Timing()
         self.run: Run | None = None
         self.failed = 0
+        #: the warm-up requests of the current server life that failed
+        self.warmup_failed: list[str] = []
 
     # ----------------------------------------------------------- set-up
     def create_run(self, schedule: list[Slot], seed: int) -> Run:
@@ -192,11 +196,11 @@ class Campaign:
         """Each git arm's build log, as ``logs/build-<arm>.log`` in the run folder."""
         for arm in self.arms.values():
             if arm.built and arm.built.get("log"):
-                dest = run.path / "logs" / f"build-{arm.name}.log"
                 try:
+                    dest = run.checked(run.path / "logs" / f"build-{arm.name}.log")
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(arm.built["log"], dest)
-                except OSError as e:
+                except (OSError, StoreError) as e:
                     self.progress.log(f"warning: build log of {arm.name} not copied: {e}")
 
     # ----------------------------------------------------------- running
@@ -212,20 +216,26 @@ class Campaign:
         else:
             self.run = run = resume.run
             schedule = resume.slots
+        run.take_writer()
+        try:
+            return self._execute(run, schedule)
+        finally:
+            run.release_writer()
+
+    def _execute(self, run: Run, schedule: list[Slot]) -> RunOutcome:
         resume_hint = f"resume with: abbench run --resume {run.id} --results {self.opts.results}"
         try:
             status, why = self._run_schedule(run, schedule)
         except BaseException as e:  # disk full, a bug, ...: keep what is written, say how
             self._stopped(run, e, resume_hint)
-        meta = run.update_meta(status=status, finished=_now(), timing=self.timing.as_dict(),
-                               rounds_done=_rounds_done(run))
-        try:
-            report = self.write_report(meta)
-        except Exception as e:
-            raise AbbenchError(f"every sample is kept in {run.samples_path}, but the report "
-                               f"could not be written: {_what(e)}",
-                               hint=f"abbench report {run.id} --results {self.opts.results} "
-                                    "renders it again") from None
+        try:  # a signal now waits until run.json and the report are written
+            with handle_signals(self.stop_event), shielded(raise_pending=True):
+                meta = run.update_meta(status=status, finished=_now(), rounds_done=_rounds_done(
+                    run), timing=self.timing.as_dict())
+                report = self._report(meta)
+        except Interrupted as e:
+            raise Interrupted(f"{e.message} after the run ended; run.json and the report are "
+                              f"written ({run.path / 'report.md'})") from None
         if status == "interrupted":
             raise Interrupted(f"{why}; every sample measured so far is kept in "
                               f"{run.samples_path}", hint=resume_hint)
@@ -288,6 +298,16 @@ class Campaign:
         assert self.run is not None
         yield from planned_and_more(self.cfg, self.run, schedule, seed, self.progress)
 
+    def _report(self, meta: dict[str, Any]) -> str:
+        assert self.run is not None
+        try:
+            return self.write_report(meta)
+        except Exception as e:
+            raise AbbenchError(f"every sample is kept in {self.run.samples_path}, but the "
+                               f"report could not be written: {_what(e)}",
+                               hint=f"abbench report {self.run.id} --results "
+                                    f"{self.opts.results} renders it again") from None
+
     def write_report(self, meta: dict[str, Any]) -> str:
         assert self.run is not None
         records = self.run.records()
@@ -311,6 +331,7 @@ class Campaign:
             raise Interrupted("interrupted")
         self.progress.slot(slot.index, slot.arm, slot.round, "starting server")
         t_start = time.time()
+        self.warmup_failed = []
         server: Server | None = None
         status: str = "failed"
         reason: str | None = "the server life did not finish"
@@ -325,12 +346,14 @@ class Campaign:
                 self.timing.ready_lags_ms.append(server.ready_noticed_lag * 1e3)
             self.progress.log(f"  {arm.name} round {slot.round}: ready in {ready_s:.1f} s "
                               f"(port {server.port})")
+            if server.exposed:
+                self._exposed(arm.name, server.exposed)
             self.serve(slot, arm, server, base)
             status, reason = "ok", None
         except (ServerError, ConfigError) as e:  # ConfigError: the program vanished mid-run
             status, reason = "failed", e.message
             self.progress.log(f"  FAILED arm {arm.name}, round {slot.round}: {e}")
-        except _SlotFailed as e:
+        except SlotFailed as e:
             status, reason = "failed", str(e)
             self.progress.log(f"  FAILED arm {arm.name}, round {slot.round}: {e}")
         except Interrupted:
@@ -357,11 +380,23 @@ class Campaign:
                 more["ready_s"] = server.ready_at - server.started_at
             if status == "failed" and server is not None:
                 more["log_tail"] = server.log_tail(10)
+            if self.warmup_failed:
+                more["warmup_failed"] = list(self.warmup_failed)
             with contextlib.suppress(StoreError):
                 self.record(SlotRecord(
                     **base, status=status, reason=reason, t_start=t_start, t_end=time.time(),
                     exit_code=code, log=str(self.run.log_path(arm.name, slot.round)
                                             .relative_to(self.run.path)), **more))
+
+    def _exposed(self, arm: str, addresses: list[str]) -> None:
+        """A server listening beyond 127.0.0.1: a warning now, in run.json and the report."""
+        assert self.run is not None
+        meta = self.run.meta()
+        seen = meta.get("exposed") or {}
+        if sorted(set(seen.get(arm, [])) | set(addresses)) != seen.get(arm):
+            self.run.update_meta(exposed={**seen, arm: sorted(set(seen.get(arm, [])) |
+                                                              set(addresses))})
+        self.progress.log(f"  {note_text(exposure_note(arm, addresses))}")
 
     def serve(self, slot: Slot, arm: ResolvedArm, server: Server, base: At) -> None:
         """Everything done with one ready server."""
@@ -411,12 +446,12 @@ class Campaign:
         with self.timing.count("tasks_s"):
             task.run(ctx)
         if not ctx.server.alive():
-            raise _SlotFailed(f"the server exited during {task.name} "
+            raise SlotFailed(f"the server exited during {task.name} "
                               f"(code {ctx.server.proc.returncode})")
 
     def _warmup(self, slot: Slot, arm: ResolvedArm, server: Server, client: Client,
                 prompts: PromptMaker) -> None:
-        for _ in range(self.cfg.warmup):
+        for i in range(self.cfg.warmup):
             self.progress.slot(slot.index, arm.name, slot.round, "warm-up")
             with self.timing.count("requests_s"):
                 try:
@@ -424,8 +459,12 @@ class Campaign:
                     client.complete(ids, 8, stop_event=self.stop_event)
                 except RequestError as e:
                     if not server.alive():
-                        raise _SlotFailed(f"the server died during warm-up: {e.message}") \
+                        raise SlotFailed(f"the server died during warm-up: {e.message}") \
                             from None
+                    # kept with the life (slot record, log): its requests ran less warm
+                    self.warmup_failed.append(f"warm-up {i + 1}: {e.message}")
+                    self.progress.log(f"  warning: {arm.name} round {slot.round}: warm-up "
+                                      f"request {i + 1} failed: {e.message}")
 
     def _one_decode(self, slot: Slot, arm: ResolvedArm, server: Server, client: Client,
                     prompts: PromptMaker, workload: Workload, context: int, row: str, rep: int,
@@ -444,7 +483,7 @@ class Campaign:
         if self.stop_event.is_set():
             raise Interrupted("interrupted")
         self.record(rec)
-        _check_after(rec, server, arm)
+        check_after(rec, server, arm)
 
 
     def _load(self, ctx: SlotContext, prompts: PromptMaker, workload: Workload, w_index: int,
@@ -489,7 +528,7 @@ class Campaign:
                             **head, "valid": out.valid, "reason": out.reason,
                             "metrics": out.metrics, "status": status, **out.detail})
                     self.record(rec)
-                    _check_after(rec, ctx.server, ctx.arm)
+                    check_after(rec, ctx.server, ctx.arm)
 
 
 def arm_meta(a: ResolvedArm) -> dict[str, Any]:
@@ -524,10 +563,6 @@ def order_seed(meta: dict[str, Any]) -> int:
     from it): ``order_seed`` where it differs from the run's own ``seed`` (a shard's:
     the campaign's), else ``seed``."""
     return int(meta.get("order_seed", meta.get("seed")) or 0)
-
-
-class _SlotFailed(Exception):
-    pass
 
 
 def _what(e: BaseException) -> str:
@@ -568,33 +603,3 @@ def system_fingerprints(records: list[Record], slot: int) -> list[str]:
             if fp and fp not in out:
                 out.append(fp)
     return out
-
-
-def _check_after(rec: WorkloadSample, server: Server, arm: ResolvedArm) -> None:
-    """After a sample: raise _SlotFailed when it failed and the server cannot go on.
-    The readiness path is probed only when a request went silent (the transport's and
-    the load workload's "no data for ..."), for the preset's ``hang_probe_timeout_s``:
-    SGLang's /health runs a generation, a request that failed otherwise asks it nothing."""
-    if rec.status != "failed":
-        return
-    silent = "no data for" in str(rec.reason or "")
-    trouble = _server_trouble(server, arm_preset(arm).hang_probe_timeout_s, probe=silent)
-    if trouble:
-        raise _SlotFailed(f"{trouble} ({rec.reason}); log: {server.log_path}")
-
-
-def _server_trouble(server: Server, timeout: float, *, probe: bool) -> str | None:
-    """After a failed request: why this server cannot go on, or None when it can.
-
-    Dead, or (when the request went silent: ``probe``) alive but not answering its
-    readiness path within ``timeout`` (hung, e.g. SIGSTOPped).
-    """
-    if not server.alive():
-        return f"the server died (exit code {server.proc.returncode})"
-    if not probe:
-        return None
-    if not server.responds(timeout):
-        if not server.alive():
-            return f"the server died (exit code {server.proc.returncode})"
-        return f"the server hangs: no answer to GET {server.arm.ready.path} in {timeout:g} s"
-    return None

@@ -160,6 +160,13 @@ class _Loader(yaml.SafeLoader):
                 raise _Refused(f"nested deeper than {YAML_MAX_DEPTH} levels",
                                "an arms file needs a few levels; flatten it",
                                self.peek_event().start_mark)
+            event = self.peek_event()
+            tag = getattr(event, "tag", None)
+            if tag not in (None, "!") and tag in self.yaml_constructors:
+                short = tag.replace("tag:yaml.org,2002:", "!!")
+                raise _Refused(f"a YAML tag ({clip(short, 60)}): abbench reads plain YAML, "
+                               "without tags", "write the value plainly (quote it if it is "
+                               "text)", event.start_mark)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1

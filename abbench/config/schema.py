@@ -33,6 +33,14 @@ from abbench.config.collectors import CollectorSettings
 from abbench.config.files import ARMS_FILE_MAX, PROMPT_TEXT_MAX, load_yaml, read_text
 from abbench.config.presets import arm_preset, get_preset, with_overrides
 from abbench.config.quality import FingerprintConfig, QualityConfig
+from abbench.config.secrets import (
+    argv_secrets,
+    environment_secrets,
+    is_secret_name,
+    nested_secrets,
+    remember,
+    scrub,
+)
 from abbench.config.stats import StatsConfig, TableConfig
 from abbench.errors import ConfigError, clip, clip_repr
 from abbench.model.rows import RowKey
@@ -758,7 +766,11 @@ def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
     if shell:
         argv = [start if isinstance(start, str) else shlex.join(start)]
     else:
-        argv = shlex.split(start) if isinstance(start, str) else [str(s) for s in start]
+        try:
+            argv = shlex.split(start) if isinstance(start, str) else [str(s) for s in start]
+        except ValueError as e:  # an unbalanced quote
+            raise ConfigError(f"cannot be split into arguments: {e}", where=f"{where}.start",
+                              hint="close the quote, or give start: as an argv list") from None
     ready = pick("ready") or Readiness()
     if ready.path is None:
         ready = ready.model_copy(update={"path": preset.ready_path})
@@ -1199,40 +1211,12 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     cfg = config_from_data(data, source=src, root=root)
     cfg.resolved_arms()  # resolves presets and start commands: fail early
     _check_files(cfg, src, _line_map(root))
+    remember(config_secret_values(cfg))  # hidden in everything abbench writes from now
     return cfg
-
-
-_SECRET_RE = re.compile(r"KEY|TOKEN|SECRET|PASSW", re.IGNORECASE)
-
-
-def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_RE.search(name))
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: ("***" if is_secret_name(k) and v else v) for k, v in env.items()}
-
-
-def secret_values(*envs: Mapping[str, str]) -> list[str]:
-    """Values of the secret-looking variables of ``envs``, longest first, to be
-    scrubbed from anything abbench writes. Short values and paths are left out: they
-    are not secrets, and scrubbing them would mangle unrelated text."""
-    vals = {v for env in envs for k, v in env.items()
-            if is_secret_name(k) and len(v) >= 6 and not v.startswith(("/", "~", "."))}
-    return sorted(vals, key=len, reverse=True)
-
-
-def scrub(obj: Any, values: list[str]) -> Any:
-    """``obj`` (str, or lists/dicts of them) with every secret value replaced by ***."""
-    if isinstance(obj, str):
-        for v in values:
-            obj = obj.replace(v, "***")
-        return obj
-    if isinstance(obj, list):
-        return [scrub(v, values) for v in obj]
-    if isinstance(obj, dict):
-        return {k: scrub(v, values) for k, v in obj.items()}
-    return obj
 
 
 def config_secret_values(cfg: Config) -> list[str]:
@@ -1240,7 +1224,11 @@ def config_secret_values(cfg: Config) -> list[str]:
     (``${HF_TOKEN}`` expands into start commands)."""
     envs: list[Mapping[str, str]] = [os.environ, cfg.vars, cfg.defaults.env or {}]
     envs += [a.env or {} for a in cfg.arms]
-    return secret_values(*envs)
+    found = environment_secrets(*envs)
+    for arm in cfg.resolved_arms():
+        found += argv_secrets(arm.argv) + nested_secrets(arm.request_extra)
+        found += environment_secrets(arm.env)
+    return sorted(set(found), key=len, reverse=True)
 
 
 def config_for_storage(cfg: Config) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from dataclasses import asdict
 
 from abbench.report import quality_text
 from abbench.report.tablemodel import Table
+from abbench.report.text import csv_cell
 from abbench.stats.paired import as_json
 
 
@@ -67,9 +68,10 @@ def render_csv(table: Table) -> str:
             if c is None:
                 continue
             cmp = asdict(c.comparison) if c.comparison else {}
-            w.writerow([table.run_id, r.workload, r.metric, r.label, r.spec.unit,
-                        r.spec.direction, arm, table.labels[arm], arm == table.baseline,
-                        ";".join(map(str, c.rounds)), ";".join(repr(v) for v in c.values),
-                        repr(c.mean), repr(min(c.values)), repr(max(c.values)),
-                        *(cmp.get(k, "") for k in cmp_fields)])
+            row = [table.run_id, r.workload, r.metric, r.label, r.spec.unit,
+                   r.spec.direction, arm, table.labels[arm], arm == table.baseline,
+                   ";".join(map(str, c.rounds)), ";".join(repr(v) for v in c.values),
+                   repr(c.mean), repr(min(c.values)), repr(max(c.values)),
+                   *(cmp.get(k, "") for k in cmp_fields)]
+            w.writerow([csv_cell(v) for v in row])
     return buf.getvalue()

@@ -244,6 +244,10 @@ def _leave_one_out(n: Note, f: dict[str, Any]) -> list[str]:
 
 #: every note's words, by kind
 WORDS: dict[str, Callable[[Note, dict[str, Any]], list[str]]] = {
+    "exposed": lambda n, f: [
+        f"Warning: arm {n.arm}'s server listens on {', '.join(f['addresses'])}, beyond "
+        "127.0.0.1: anyone who can reach this host can send it requests (and disturb the "
+        "measurement); bind it to {host} (127.0.0.1) unless that is meant."],
     "run": _run,
     "builds": _builds,
     "hosts": _hosts,

@@ -201,3 +201,15 @@ def load_notes(records: list[Record]) -> list[Note]:
             out.append(Note("load_rate_off", {"sent_req_s": sent, "rate": rate},
                             arm=s.arm, row=s.workload, round=s.round))
     return out
+
+
+def exposure_notes(meta: dict[str, Any]) -> list[Note]:
+    """A warning per arm whose server listened beyond 127.0.0.1 (run.json's exposed)."""
+    exposed = meta.get("exposed") or {}
+    return [exposure_note(arm, list(addrs))
+            for arm, addrs in sorted(exposed.items()) if isinstance(addrs, list) and addrs]
+
+
+def exposure_note(arm: str, addresses: list[str]) -> Note:
+    """A server that listens beyond 127.0.0.1."""
+    return Note("exposed", {"addresses": addresses}, arm=arm)

@@ -25,6 +25,7 @@ from abbench.report import quality
 from abbench.report.hosts import flag_notes, hosts_note, mixed_note, per_host_note
 from abbench.report.notes import (
     collector_notes,
+    exposure_notes,
     fault_notes,
     load_notes,
     run_notes,
@@ -50,6 +51,7 @@ def table_of(records: list[Record], meta: dict[str, Any], *,
                           settings=settings)
     table.notes.extend(fault_notes(records, meta))
     table.notes.extend(load_notes(kept))
+    table.notes.extend(exposure_notes(meta))
     return table
 
 

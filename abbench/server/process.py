@@ -10,7 +10,12 @@ server outlives abbench:
 3. a reaper process per server (``python -m abbench.server.reaper``) holding a pipe
    from abbench, on which the server's own process writes its group id before it
    execs: when the pipe closes without a ``done`` line (abbench died, even right
-   after the fork), it kills the whole group, grandchildren included.
+   after the fork), it kills the whole group, grandchildren included;
+4. a token in the server's environment (:mod:`abbench.server.tree`): the stop and the
+   reaper also stop every process that carries it, or descends from the server, or
+   shares a session with one of them, so a child that called ``setsid()`` (``server
+   &``, daemon(3)) is stopped too; what cleared its environment and still listens on
+   the life's port after the stop is killed and named in the log.
 """
 
 from __future__ import annotations
@@ -29,10 +34,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from abbench.config.schema import ResolvedArm, format_cpus, scrub, secret_values
+from abbench.config.schema import ResolvedArm, format_cpus
+from abbench.config.secrets import redact, scrub, secret_values
 from abbench.errors import AbbenchError, ConfigError, Interrupted, ServerError, StoreError
 from abbench.server.http import Transport, TransportError
 from abbench.server.interrupts import shielded
+from abbench.server.shm import group_shm, remove_stale_shm, shm_inodes
+from abbench.server.tree import (
+    LIFE_VAR,
+    alive,
+    describe,
+    exposed,
+    in_sessions,
+    life_of,
+    life_pids,
+    new_token,
+    port_listeners,
+    sessions,
+    signal_all,
+)
+
+__all__ = ["Server", "group_shm", "remove_stale_shm", "shm_inodes", "start_server"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -145,6 +167,12 @@ class Server:
     #: /dev/shm inodes the group mapped or held when it became ready (a server that
     #: dies before its stop still has its leftovers named)
     shm_owned: set[int] = field(default_factory=set)
+    #: the token in the life's environment (tree.LIFE_VAR) and the sessions its
+    #: processes were seen in (a setsid child's session outlives its parent link)
+    token: str = ""
+    sessions: set[int] = field(default_factory=set)
+    #: the non-loopback addresses the life listened on when it became ready
+    exposed: list[str] = field(default_factory=list)
     _log_file: object = field(default=None, repr=False)
 
     @property
@@ -168,7 +196,7 @@ class Server:
         return self.proc.poll() is None
 
     def log_tail(self, lines: int = 20) -> str:
-        return tail(self.log_path, lines)
+        return redact(tail(self.log_path, lines))
 
     def wait_ready(self, should_stop: Callable[[], bool] = lambda: False) -> float:
         """Poll the readiness path until 200; return seconds from start to ready."""
@@ -183,17 +211,14 @@ class Server:
                     raise Interrupted("interrupted while waiting for the server")
                 code = self.proc.poll()
                 if code is not None:
-                    raise ServerError(
-                        f"the server exited with code {code} before it was ready",
-                        where=self.where, log_tail=self.log_tail(),
-                        hint=f"full log: {self.log_path}; run the start command by hand to "
-                             "see why")
+                    raise self._exited_early(code)
                 t_ask = time.perf_counter()
                 try:
                     r = poll.get(path, timeout=max(ready.interval * 20, 1.0), max_body=65536)
                     if r.status == 200:
                         now = time.perf_counter()  # before the check below, which takes ms
-                        stray = foreign_listener(self.port, self.started_wall, self.proc.pid)
+                        stray = foreign_listener(self.port, self.started_wall, self.proc.pid,
+                                                 own=self.processes())
                         if stray is not None:
                             raise ServerError(
                                 f"port {self.port} answered, but from {stray}, not from this "
@@ -201,6 +226,8 @@ class Server:
                                 hint="stop that process (a server left from another run?); "
                                      "abbench measures nothing it did not start")
                         self.ready_at = now
+                        self.sessions |= sessions(self.processes())
+                        self.exposed = exposed(self.processes() | {self.proc.pid})
                         self.shm_owned = group_shm(self.proc.pid)
                         # The server became ready after the previous (failed) poll was
                         # sent: an upper bound of how late we noticed.
@@ -219,6 +246,27 @@ class Server:
                 time.sleep(ready.interval)
         finally:
             poll.close()
+
+    def processes(self) -> set[int]:
+        """The life's processes now: marked with its token or below its main process."""
+        return life_pids(self.token, self.proc.pid) if self.token else set()
+
+    def _exited_early(self, code: int) -> ServerError:
+        """The main process ended before ready; one that daemonized is said so."""
+        left = alive(self.processes())
+        if left:
+            return ServerError(
+                f"the server's main process exited (code {code}) before it was ready, "
+                f"leaving {describe(left)} running: it put itself in the background",
+                where=self.where, log_tail=self.log_tail(),
+                hint="abbench measures and stops only a server that stays in the "
+                     "foreground: drop '&', --daemon or daemonize from the start command "
+                     "(a wrapper script should exec the server or wait for it); abbench "
+                     "stops what it left")
+        return ServerError(
+            f"the server exited with code {code} before it was ready",
+            where=self.where, log_tail=self.log_tail(),
+            hint=f"full log: {self.log_path}; run the start command by hand to see why")
 
     def responds(self, timeout: float) -> bool:
         """Whether the readiness path answers (any status) within ``timeout`` seconds."""
@@ -248,6 +296,7 @@ class Server:
         self.stopped = True
         try:
             pgid = self.proc.pid  # start_new_session: pgid == pid
+            self.sessions |= sessions(self.processes())  # before the main's children move
             owned = self.shm_owned | group_shm(pgid)  # what it may leave in /dev/shm
             deadline = time.perf_counter() + self.arm.stop_grace
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -268,6 +317,7 @@ class Server:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
             _wait_group_empty(pgid, time.perf_counter() + 5.0)
+            killed = self._stop_escaped() or killed
             removed = remove_stale_shm(self.started_wall, owned=owned)
             self._log(f"stopped: exit code {self.proc.returncode}"
                       + (f"; SIGKILL after stop_grace {self.arm.stop_grace:g} s" if killed
@@ -279,7 +329,38 @@ class Server:
             if self._log_file is not None:
                 with contextlib.suppress(OSError):
                     self._log_file.close()  # type: ignore[attr-defined]
+            redact_file(self.log_path)  # what the server printed of a known secret
         return self.proc.returncode
+
+    def _stop_escaped(self) -> bool:
+        """TERM, then KILL after the grace, every process of the life outside the
+        group (a setsid child, a double fork); then kill what still listens on the
+        life's port and started after it (a child that also cleared its environment),
+        naming it in the log. True when anything needed SIGKILL."""
+        if not self.token:
+            return False
+        left = alive(self.processes() | in_sessions(self.sessions))
+        if left:
+            self._log(f"stopping processes that left the server's group: {describe(left)}")
+            signal_all(left, signal.SIGCONT)
+            signal_all(left, signal.SIGTERM)
+            deadline = time.perf_counter() + self.arm.stop_grace
+            while (left := alive(left)) and time.perf_counter() < deadline:
+                time.sleep(0.05)
+        killed = bool(left)
+        # another life's server (this abbench's or another's) that took the port since
+        # is not ours to kill: it carries its own token
+        stray = {p for p in port_listeners(self.port) if p != os.getpid()
+                 and life_of(p) in (None, self.token) and _started_after(p, self.started_wall)}
+        if stray:
+            self._log(f"killed {describe(stray)}: it listened on the life's port {self.port} "
+                      "after the stop, outside the server's group and environment")
+        left |= stray
+        signal_all(left, signal.SIGKILL)
+        end = time.perf_counter() + 5.0
+        while alive(left) and time.perf_counter() < end:
+            time.sleep(0.05)
+        return killed or bool(stray)
 
     def _log(self, line: str) -> None:
         if self._log_file is None:
@@ -289,6 +370,21 @@ class Server:
             text = ("" if _ends_a_line(self.log_path) else "\n") + f"# abbench: {line}\n"
             self._log_file.write(text.encode())  # type: ignore[attr-defined]
             self._log_file.flush()  # type: ignore[attr-defined]
+
+
+def redact_file(path: Path, limit: int = 256 * 1024 * 1024) -> None:
+    """Rewrite a server log with every known secret as *** (in place: the log's own
+    inode, so a link was refused before it was opened); skipped above ``limit``."""
+    with contextlib.suppress(OSError):
+        if path.stat().st_size > limit:
+            return
+        data = path.read_bytes()
+        text = data.decode("utf-8", "surrogateescape")
+        clean = redact(text)
+        if clean != text:
+            with open(path, "r+b") as f:
+                f.write(clean.encode("utf-8", "surrogateescape"))
+                f.truncate()
 
 
 def _ends_a_line(path: Path) -> bool:
@@ -320,94 +416,23 @@ def _wait_group_empty(pgid: int, deadline: float) -> None:
         time.sleep(0.05)
 
 
-#: names that servers' Python multiprocessing and SGLang leave in /dev/shm when killed
-SHM_PATTERNS = ("psm_", "sem.mp-", "sglang_loads_")
-
-
-def _group_pids(pgid: int) -> list[str]:
-    """The processes of group ``pgid`` (from /proc/PID/stat, zombies included)."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError), open(
-                f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
-            # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
-            if int(f.read().rsplit(")", 1)[1].split()[2]) == pgid:
-                out.append(pid)
-    return out
-
-
-def shm_inodes(pids: list[str] | None = None, shm_dir: str = "/dev/shm") -> set[int]:
-    """Inodes of the files in ``shm_dir`` that these processes (every process: None)
-    map or hold open. By inode, not name: a named semaphore is mapped under the
-    temporary name glibc made it with ("/dev/shm/sem.XXXXXX (deleted)"), never under
-    its own ``sem.mp-*`` name."""
+def _started_after(pid: int, wall: float) -> bool:
+    """Whether process ``pid`` is ours and started after ``wall`` (time.time())."""
     try:
-        dev = os.stat(shm_dir).st_dev
-    except OSError:
-        return set()
-    prefix = shm_dir.rstrip("/") + "/"
-    used: set[int] = set()
-    for pid in pids if pids is not None else os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps", encoding="utf-8",
-                                                errors="replace") as f:
-            for line in f:  # addr perms offset dev inode path
-                parts = line.split(None, 5)
-                if len(parts) == 6 and parts[5].startswith(prefix):
-                    with contextlib.suppress(ValueError):
-                        used.add(int(parts[4]))
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    st = os.stat(f"/proc/{pid}/fd/{fd}")
-                    if st.st_dev == dev:
-                        used.add(st.st_ino)
-    return used
+        import psutil
+
+        proc = psutil.Process(pid)
+        return proc.uids().real == os.getuid() and proc.create_time() >= wall - 0.5
+    except Exception:
+        return False
 
 
-def group_shm(pgid: int, shm_dir: str = "/dev/shm") -> set[int]:
-    """What a server's process group maps or holds open in ``shm_dir`` (inodes): taken
-    before the stop, it names what the group may leave behind."""
-    return shm_inodes(_group_pids(pgid), shm_dir)
-
-
-def remove_stale_shm(since: float, shm_dir: str = "/dev/shm", *,
-                     owned: set[int] | None = None) -> list[str]:
-    """Remove the files a dead server left in ``shm_dir``: named like Python's or
-    SGLang's segments, ours (owner), written after ``since`` (the server's start),
-    among ``owned`` (what its group mapped or held before the stop; None: any), and
-    mapped or held open by no live process. Returns their names and sizes."""
-    try:
-        names = [n for n in os.listdir(shm_dir) if n.startswith(SHM_PATTERNS)]
-    except OSError:
-        return []
-    if not names or owned == set():
-        return []
-    used = shm_inodes(None, shm_dir)
-    removed = []
-    for n in sorted(names):
-        path = os.path.join(shm_dir, n)
-        try:
-            st = os.lstat(path)
-            if (st.st_uid != os.getuid() or st.st_mtime < since - 1.0 or st.st_ino in used
-                    or (owned is not None and st.st_ino not in owned)
-                    or not os.path.isfile(path)):
-                continue
-            os.unlink(path)
-            removed.append(f"{n} ({st.st_size // 1024} KiB)")
-        except OSError:
-            continue
-    return removed
-
-
-def foreign_listener(port: int, since: float, own_pgid: int) -> str | None:
+def foreign_listener(port: int, since: float, own_pgid: int,
+                     own: set[int] | None = None) -> str | None:
     """Another process that listens on ``port`` and started before our server did (a
     stray server that took the port first), described; None when the port is held by
-    the server's own process group, by something it started (docker-proxy, say), or
-    when the system does not tell who holds it."""
+    the server's own process group or life (``own``: its setsid children too), by
+    something it started (docker-proxy, say), or when the system does not tell."""
     try:
         import psutil
 
@@ -422,7 +447,7 @@ def foreign_listener(port: int, since: float, own_pgid: int) -> str | None:
     strays = []
     for pid in pids:
         try:
-            if os.getpgid(pid) == own_pgid:
+            if pid in (own or set()) or os.getpgid(pid) == own_pgid:
                 return None
             proc = psutil.Process(pid)
             if proc.create_time() < since - 0.5:
@@ -473,7 +498,9 @@ def _spawn(arm: ResolvedArm, round_: int, port: int, argv: list[str], env: dict[
            log_path: Path, log_file: BinaryIO) -> Server:
     # The reaper starts first; the server's child process writes its group id to the
     # reaper before exec: there is no moment in which the server runs without a watchdog.
-    reaper = _start_reaper()
+    token = new_token()
+    env = {**env, LIFE_VAR: token}
+    reaper = _start_reaper(token)
     reaper_fd = reaper.stdin.fileno() if reaper is not None and reaper.stdin else None
     try:
         proc = subprocess.Popen(
@@ -496,7 +523,7 @@ def _spawn(arm: ResolvedArm, round_: int, port: int, argv: list[str], env: dict[
                                "value of 0 or more unless abbench runs as root") from None
     started = time.perf_counter()
     return Server(arm=arm, round=round_, port=port, log_path=log_path, proc=proc, reaper=reaper,
-                  started_at=started, _log_file=log_file)
+                  started_at=started, token=token, _log_file=log_file)
 
 
 def _popen_error(e: OSError, arm: ResolvedArm, round_: int, argv: list[str]) -> AbbenchError:
@@ -511,11 +538,12 @@ def _popen_error(e: OSError, arm: ResolvedArm, round_: int, argv: list[str]) -> 
                        f"round {round_}")
 
 
-def _start_reaper() -> subprocess.Popen[bytes] | None:
-    """``python -m abbench.server.reaper``; its first input line will be the server's pgid."""
+def _start_reaper(token: str) -> subprocess.Popen[bytes] | None:
+    """``python -m abbench.server.reaper TOKEN``; its first input line will be the
+    server's pgid."""
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "abbench.server.reaper"], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "abbench.server.reaper", token], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
     except OSError:

@@ -4,7 +4,9 @@ abbench starts it before the server; the server's process, between fork and exec
 writes its process group id as the first line of the reaper's stdin, and abbench
 keeps stdin open. A ``done`` line means the server was stopped normally. End of
 input without it means abbench died (even by SIGKILL): the reaper then kills the
-whole group, so no server outlives abbench.
+whole group, so no server outlives abbench. Given the life's token (the first
+argument), it also kills every process that carries it or shares a session with one
+(a child that called ``setsid()``: see :mod:`abbench.server.tree`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import os
 import signal
 import sys
 import time
+
+from abbench.server.tree import alive, in_sessions, life_pids, sessions, signal_all
 
 
 def main(argv: list[str]) -> int:
@@ -26,11 +30,18 @@ def main(argv: list[str]) -> int:
     data = sys.stdin.buffer.read()  # returns at EOF: abbench closed us or died
     if b"done" in data:
         return 0
+    token = argv[1] if len(argv) > 1 else ""
+    escaped = life_pids(token, pgid) if token else set()
+    escaped |= in_sessions(sessions(escaped) - {pgid}) if escaped else set()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGCONT)  # a stopped (SIGSTOP) server must see the TERM
         os.killpg(pgid, signal.SIGTERM)
-        time.sleep(2.0)
+    signal_all(escaped, signal.SIGCONT)
+    signal_all(escaped, signal.SIGTERM)
+    time.sleep(2.0)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+    signal_all(alive(escaped), signal.SIGKILL)
     return 0
 
 

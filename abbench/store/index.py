@@ -474,8 +474,12 @@ class Index:
             "SELECT path, error FROM runs WHERE error IS NOT NULL ORDER BY id")]
 
 
+#: how long a connection waits for another process's lock on the index
+BUSY_TIMEOUT_S = 30.0
+
+
 def _connect(path: str) -> sqlite3.Connection:
-    db = sqlite3.connect(path, timeout=30, isolation_level=None)
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     db.execute("PRAGMA foreign_keys = ON")
     return db
 
@@ -510,35 +514,77 @@ def _check_ingest(db: sqlite3.Connection) -> None:
         db.execute("COMMIT")
 
 
+def _busy(e: sqlite3.OperationalError) -> bool:
+    """Whether sqlite says another connection holds the database."""
+    return "locked" in str(e) or "busy" in str(e)
+
+
+def _check_index_path(path: Path) -> None:
+    """The index is a regular file in the results folder, or absent: a directory, a
+    device or a link (which would carry writes out of the folder) is refused."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    import stat
+
+    what = ("a directory" if stat.S_ISDIR(st.st_mode) else "a symbolic link"
+            if stat.S_ISLNK(st.st_mode) else None if stat.S_ISREG(st.st_mode)
+            else "not a regular file")
+    if what:
+        raise StoreError(f"the index {path.name} is {what}", where=str(path),
+                         hint="move it away: abbench keeps its index as a regular file in "
+                              "the results folder and rebuilds it from the run folders")
+
+
+def _rebuilt(path: Path) -> Index:
+    """A new index in place of one that is not a database, or damaged (it is only a
+    cache of the run folders)."""
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{suffix}")
+    db = _connect(str(path))
+    _migrate(db, str(path))
+    _check_ingest(db)
+    return Index(db, path.parent, path)
+
+
 def open_index(results: Path, *, refresh: bool = True) -> Index:
-    """The index of ``results`` (created, migrated and refreshed as needed)."""
+    """The index of ``results`` (created, migrated and refreshed as needed). One that
+    another process holds locked is never deleted under it: the run folders are read
+    into memory this once."""
     results = Path(results)
     path = results / INDEX_FILE
     index: Index | None = None
+    _check_index_path(path)
     if results.is_dir() and os.access(results, os.W_OK | os.X_OK):
+        db: sqlite3.Connection | None = None
         try:
             db = _connect(str(path))
             _migrate(db, str(path))
             _check_ingest(db)
             index = Index(db, results, path)
-        except sqlite3.DatabaseError:
-            # not a database, or damaged: it is only a cache, so start again
-            with contextlib.suppress(Exception):
-                db.close()
-            for suffix in ("", "-journal", "-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f"{path}{suffix}")
-            db = _connect(str(path))
-            _migrate(db, str(path))
-            _check_ingest(db)
-            index = Index(db, results, path)
+        except sqlite3.DatabaseError as e:
+            if db is not None:
+                with contextlib.suppress(Exception):
+                    db.close()
+            if not (isinstance(e, sqlite3.OperationalError) and _busy(e)):
+                index = _rebuilt(path)  # not a database, or damaged: start again
     if index is None:
-        db = _connect(":memory:")
-        _migrate(db, ":memory:")
-        _check_ingest(db)
-        index = Index(db, results, None)
+        mem = _connect(":memory:")
+        _migrate(mem, ":memory:")
+        _check_ingest(mem)
+        index = Index(mem, results, None)
     if refresh:
-        index.refresh()
+        try:
+            index.refresh()
+        except sqlite3.OperationalError as e:
+            if not _busy(e):
+                raise
+            index.close()
+            raise StoreError(f"the index is held by another process for {BUSY_TIMEOUT_S:g} s",
+                             where=str(path), hint="let the other abbench finish, then try "
+                             "again") from None
     return index
 
 

@@ -17,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import difflib
+import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -30,6 +32,7 @@ from typing import Any, BinaryIO
 
 import yaml
 
+from abbench.config.secrets import redact
 from abbench.errors import StoreError
 from abbench.model.records import Record, RecordError, parse_record
 from abbench.model.runmeta import MetaError, RunMeta, UntilCiState, parse_meta
@@ -38,6 +41,12 @@ from abbench.server.interrupts import shielded
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
 SAMPLES_FILE = "samples.jsonl"
+#: the length run.json's status line is padded to: any status fits in place
+_STATUS_LINE = 32
+#: held (flock) by the one abbench that writes the run; holds its pid
+WRITER_LOCK = ".writer.lock"
+#: the lock files this process holds, kept open until it exits
+_HELD: dict[Path, int] = {}
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -52,7 +61,7 @@ def atomic_write(path: Path, text: str) -> None:
         raise _write_error(path, e) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            f.write(redact(text))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -145,7 +154,21 @@ class Run:
         return self.path / "logs"
 
     def log_path(self, arm: str, round_: int) -> Path:
-        return self.logs_dir / f"{arm}-r{round_}.log"
+        return self.checked(self.logs_dir / f"{arm}-r{round_}.log")
+
+    def checked(self, path: Path) -> Path:
+        """``path`` (inside the run folder), refused when it or a folder on the way is a
+        link: abbench writes nothing through a link out of the results folder."""
+        rel = path.relative_to(self.path)
+        for depth in range(1, len(rel.parts) + 1):
+            p = self.path.joinpath(*rel.parts[:depth])
+            if p.is_symlink():
+                raise StoreError(f"{p.relative_to(self.path)} in the run folder is a link "
+                                 f"(to {os.readlink(p)}); abbench writes only inside the "
+                                 "results folder", where=str(p),
+                                 hint="remove the link (keep what it points to, if you need "
+                                      "it), then resume the run")
+        return path
 
     # ------------------------------------------------------------ writing
     @classmethod
@@ -158,14 +181,76 @@ class Run:
         except OSError as e:
             raise StoreError(f"cannot create the run folder: {e}", where=str(path)) from None
         run = cls(path)
+        run.take_writer()
         run.logs_dir.mkdir()
         atomic_write(path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
         run.write_meta({**meta, "id": run_id, "schema": SCHEMA_VERSION})
         run.samples_path.touch()
         return run
 
+    def take_writer(self) -> None:
+        """Become the run's one writer: an exclusive lock on :data:`WRITER_LOCK`, held
+        until this process exits (the kernel drops it even after SIGKILL). A second
+        abbench (two ``run --resume`` at once) is refused, naming the holder's pid."""
+        path = self.path / WRITER_LOCK
+        if path in _HELD:
+            return
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise _write_error(path, e) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise StoreError(f"run {self.id} is still running by pid {holder}",
+                             where=str(self.path),
+                             hint="wait for it, or stop it (Ctrl-C) and resume then; one "
+                                  "abbench writes a run at a time") from None
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _HELD[path] = fd
+
+    def release_writer(self) -> None:
+        """Drop the writer lock (the run is finished with)."""
+        fd = _HELD.pop(self.path / WRITER_LOCK, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     def write_meta(self, meta: dict[str, Any]) -> None:
-        atomic_write(self.path / RUN_FILE, json.dumps(meta, indent=2, default=str) + "\n")
+        """run.json, atomically; on a disk with no room for a new file (no free inode)
+        its status is still changed in place, so a stopped run never reads "running"."""
+        text = json.dumps(meta, indent=2, default=str) + "\n"
+        # room on the status line for any status, for that in-place change
+        text = re.sub(r'^(  "status": "[a-z]*",)$', lambda m: m.group(1).ljust(_STATUS_LINE),
+                      text, count=1, flags=re.M)
+        try:
+            atomic_write(self.path / RUN_FILE, text)
+        except StoreError:
+            if not self._status_in_place(str(meta.get("status", ""))):
+                raise
+
+    def _status_in_place(self, status: str) -> bool:
+        """Rewrite only the status line of run.json in place, within its length (no new
+        inode, no new block). True when it was done."""
+        path = self.path / RUN_FILE
+        try:
+            with open(path, "r+b") as f:
+                old = f.read()
+                m = re.search(rb'^  "status": "[a-z]*",( *)$', old, flags=re.M)
+                new = f'  "status": {json.dumps(status)},'.encode()
+                if m is None or len(new) > m.end() - m.start():
+                    return False
+                f.seek(m.start())
+                f.write(new.ljust(m.end() - m.start()))
+                f.flush()
+                os.fsync(f.fileno())
+            return True
+        except OSError:
+            return False
 
     def update_meta(self, **changes: Any) -> dict[str, Any]:
         meta = self.meta()
@@ -185,10 +270,11 @@ class Run:
     def append_many(self, records: list[Record]) -> None:
         """Append records as one write and one fsync (a load level's requests): all of
         them are on disk when it returns, or none."""
-        line = "".join(record_line(record) for record in records).encode()
+        line = redact("".join(record_line(record) for record in records)).encode()
         with shielded(raise_pending=True):
             try:
-                fd = os.open(self.samples_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                fd = os.open(self.checked(self.samples_path),
+                             os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             except OSError as e:
                 raise self._append_error(e) from None
             try:
@@ -232,15 +318,27 @@ class Run:
 
     # ------------------------------------------------------------ reading
     def meta(self) -> dict[str, Any]:
+        path = self.path / RUN_FILE
         try:
-            meta = json.loads((self.path / RUN_FILE).read_text(encoding="utf-8"))
+            meta = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise StoreError("not a run folder (no run.json)", where=str(self.path),
-                             hint="give a run id listed by abbench ls") from None
+            raise _no_run_json(self.path) from None
+        except IsADirectoryError:
+            raise StoreError("run.json is a directory", where=str(path),
+                             hint="move it away and put the run's run.json back") from None
+        except json.JSONDecodeError as e:
+            cut = e.doc.lstrip().startswith("{") and not e.doc.rstrip().endswith("}")
+            raise StoreError(f"run.json is {'cut short' if cut else 'not valid JSON'} "
+                             f"(line {e.lineno}, column {e.colno}: {e.msg})", where=str(path),
+                             hint="a full disk or an editor may have cut it: restore it from "
+                                  "a backup; samples.jsonl, which holds every measurement, is "
+                                  "untouched") from None
         except (OSError, ValueError) as e:
-            raise StoreError(f"run.json cannot be read: {e}", where=str(self.path)) from None
-        check_schema(meta.get("schema") if isinstance(meta, dict) else None,
-                     where=str(self.path / RUN_FILE))
+            raise StoreError(f"run.json cannot be read: {e}", where=str(path)) from None
+        if not isinstance(meta, dict):
+            raise StoreError(f"run.json holds a JSON {type(meta).__name__}, not an object",
+                             where=str(path), hint="restore the run's run.json from a backup")
+        check_schema(meta.get("schema"), where=str(self.path / RUN_FILE))
         self._typed(meta)
         return meta
 
@@ -392,6 +490,16 @@ def list_runs(results: Path) -> list[Run]:
                   key=lambda r: r.id)
 
 
+def _no_run_json(folder: Path) -> StoreError:
+    if (folder / SAMPLES_FILE).exists() or (folder / "config.yaml").exists():
+        return StoreError("the run folder has no run.json (deleted or moved?)",
+                          where=str(folder), hint="put its run.json back (from a backup); "
+                          "samples.jsonl and config.yaml are kept; abbench needs run.json "
+                          "to report or resume the run")
+    return StoreError("not a run folder (no run.json)", where=str(folder),
+                      hint="give a run id listed by abbench ls")
+
+
 def open_run(ref: str, results: Path) -> Run:
     """A run by id (or unique prefix), or by its folder path."""
     p = Path(ref)
@@ -400,6 +508,12 @@ def open_run(ref: str, results: Path) -> Run:
     cand = results / ref
     if (cand / RUN_FILE).is_file():
         return Run(cand)
+    for folder in (p, cand):  # the folder is there, its run.json is not (a file)
+        if (folder / RUN_FILE).exists():
+            return Run(folder)  # reading it says what is wrong
+        if folder.is_dir() and ((folder / SAMPLES_FILE).exists()
+                                or (folder / "config.yaml").exists()):
+            raise _no_run_json(folder)
     ids = [r.id for r in list_runs(results)]
     if ref == "latest" and ids:
         return Run(results / ids[-1])

@@ -60,6 +60,9 @@ class StreamResult:
     t_last: float | None = None
     t_end: float | None = None
     chunks: int = 0
+    #: chunks that carried text, and the reads (arrival times) they came in
+    content_chunks: int = 0
+    reads: int = 0
     text: str = ""
     usage: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, Any] = field(default_factory=dict)
@@ -123,7 +126,10 @@ def parse_sse(chunks: Iterator[bytes], result: StreamResult, clock=time.perf_cou
                         result.t_first = now
                         if on_first is not None:
                             on_first()
+                    if result.t_last != now:
+                        result.reads += 1
                     result.t_last = now
+                    result.content_chunks += 1
                     texts.append(text)
                 if choice.finish_reason:
                     result.finish_reason = choice.finish_reason
@@ -172,7 +178,7 @@ class Client:
         else:
             body = {"prompt": text, "add_special_tokens": add_special}
         try:
-            r = self.http.post(path, body, timeout=120)
+            r = self.http.post(path, body, timeout=self.arm.request_timeout)
             if r.status != 200:
                 raise RequestError(f"HTTP {r.status}: {r.excerpt()}")
             return wire.parse(wire.Tokenized, r.body, "the answer").ids()
@@ -333,12 +339,19 @@ def measure(result: StreamResult, *, prompt_len: int, decode_tokens: int) -> Dec
             reasons.append(f"prompt_tokens {pt} != {prompt_len}")
         if ct != decode_tokens:
             reasons.append(f"completion_tokens {ct} != {decode_tokens}")
+    reasons += _self_checks(result)
     metrics: dict[str, float] = {}
     tps = result.decode_tok_s()
     if tps is not None:
         metrics["decode_tok_s"] = tps
     elif not reasons:
-        reasons.append("fewer than two content chunks: no decode rate")
+        if result.content_chunks >= 2 and result.reads < 2:
+            reasons.append(f"all {result.content_chunks} content chunks arrived in one read "
+                           "(the server sent the stream at once, or a proxy buffered it): "
+                           "no decode rate")
+        else:
+            reasons.append(f"{result.content_chunks} content chunk(s): at least two are "
+                           "needed for a decode rate")
     if result.ttft is not None:
         metrics["ttft_ms"] = result.ttft * 1e3
         if result.ttft > 0:
@@ -356,6 +369,7 @@ def measure(result: StreamResult, *, prompt_len: int, decode_tokens: int) -> Dec
         "prompt_tokens": pt,
         "completion_tokens": ct,
         "chunks": result.chunks,
+        "content_chunks": result.content_chunks,
         "finish_reason": result.finish_reason,
         "usage": result.usage or None,
         "timings": result.timings or None,
@@ -366,6 +380,33 @@ def measure(result: StreamResult, *, prompt_len: int, decode_tokens: int) -> Dec
         detail.update(result.extra)
     return DecodeOutcome(valid=not reasons, reason="; ".join(reasons) or None, metrics=metrics,
                          detail=detail)
+
+
+#: slack of the timings check: the server's clock and ours, and a scheduler tick
+_TIMING_SLACK_S = 0.05
+
+
+def _self_checks(result: StreamResult) -> list[str]:
+    """Where the server's answer contradicts itself: more content chunks than
+    completion tokens (a chunk carries one token or more, never less), the usage and
+    llama.cpp's timings counting different tokens, or timings claiming more decode
+    time than the whole stream took on our side."""
+    out = []
+    ct = result.completion_tokens
+    if ct is not None and result.content_chunks > ct:
+        out.append(f"the server streamed {result.content_chunks} content chunks but its "
+                   f"usage says {ct} completion tokens (a chunk carries at least one token)")
+    t, u = result.timings, result.usage
+    pn, un = t.get("predicted_n"), u.get("completion_tokens")
+    if pn is not None and un is not None and pn != un:
+        out.append(f"timings.predicted_n {pn} != usage.completion_tokens {un}")
+    ms, end = t.get("predicted_ms"), result.t_end
+    if ms is not None and end is not None:
+        wall = end - result.t_send
+        if ms / 1e3 > wall + _TIMING_SLACK_S:
+            out.append(f"timings.predicted_ms {ms:.0f} is longer than the whole stream "
+                       f"took here ({wall * 1e3:.0f} ms)")
+    return out
 
 
 def run_decode(client: Client, prompts: PromptMaker, workload: Workload, context: int,

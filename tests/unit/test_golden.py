@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from abbench.report.markdown import note_text, render_markdown
 from abbench.report.quality_text import render_section
 from abbench.report.tablemodel import Note
 from abbench.store.run import Run
+from tests.conftest import copy_golden_runs
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 RUNS = GOLDEN / "runs"
@@ -33,10 +33,7 @@ def check_golden(name: str, text: str) -> None:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("results")
-    for run in RUNS.iterdir():
-        shutil.copytree(run, out / run.name)
-    return out
+    return copy_golden_runs(tmp_path_factory.mktemp("results"))
 
 
 def cli(*args: str | Path) -> str:

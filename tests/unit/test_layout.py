@@ -11,9 +11,10 @@ import tomllib
 from abbench import cli, registry
 
 PKG = Path(__file__).resolve().parents[2] / "abbench"
-#: the one function-local import of an abbench module: ``abbench.load_samples`` keeps
-#: ``import abbench`` light (each server's reaper imports it)
-LAZY = {("abbench", "abbench.history.series")}
+#: the function-local imports of abbench modules: ``abbench.load_samples`` keeps
+#: ``import abbench`` light (each server's reaper imports it); the ``abbench`` command
+#: imports the CLI inside its Ctrl-C guard (a Ctrl-C during imports exits 130)
+LAZY = {("abbench", "abbench.history.series"), ("abbench.__main__", "abbench.cli")}
 
 
 def _module(path: Path) -> str:
