@@ -58,6 +58,7 @@ from abbench.server.build import gc, list_builds, render_builds
 from abbench.server.gitarms import build_arms, describe_pins, pin
 from abbench.store.index import open_index
 from abbench.store.run import Run, open_run
+from abbench.workload.tracegen import make_trace, render_stats
 
 #: problems (unreadable lines, runs) listed on stderr before the rest are counted
 MOST_PROBLEMS = 10
@@ -301,3 +302,9 @@ def bisect(arms_file: Path, *, good: str, bad: str, row: str, metric: str,
                      max_steps=max_steps, results=results, progress=make_progress(live),
                      until_ci=until_ci)
     return Output(res.text, [], res.code)
+
+
+def trace_make(*, kind: str, out: Path, seed: int, params: dict[str, float]) -> Output:
+    """``abbench trace make``: a seeded trace written, its statistics printed."""
+    rows = make_trace(kind, out, seed, params)
+    return Output(render_stats(kind, out, seed, rows))

@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 from abbench.campaign.environment import environment
 from abbench.campaign.preflight import check_config
 from abbench.campaign.progress import Progress, SilentProgress
+from abbench.campaign.replay import Plans, replay_rep
 from abbench.campaign.until_ci import planned_and_more
 from abbench.collectors.tasks import workload_window
 from abbench.config.plan import plan
@@ -146,6 +147,7 @@ class Campaign:
         self.timing = Timing()
         self.run: Run | None = None
         self.failed = 0
+        self._plans = Plans(cfg).checked()  # a bad trace file: exit 2 before any server
 
     # ----------------------------------------------------------- set-up
     def create_run(self, schedule: list[Slot], seed: int) -> Run:
@@ -384,6 +386,8 @@ class Campaign:
                     self._warmup(slot, arm, server, client, prompts)
                 if workload.load is not None:
                     self._load(ctx, prompts, workload, w_index, base)
+                if workload.replay is not None:
+                    self._replay(ctx, prompts, workload, w_index)
                 for context in workload.contexts:
                     row = workload.row_name(context)
                     with workload_window(self.tasks, ctx, row):  # collectors' windows
@@ -484,6 +488,18 @@ class Campaign:
                             "metrics": out.metrics, "status": status, **out.detail})
                     self.record(rec)
                     _check_after(rec, ctx.server, ctx.arm)
+
+    def _replay(self, ctx: SlotContext, prompts: PromptMaker, workload: Workload,
+                w_index: int) -> None:
+        """A trace or sessions workload: each rep replays the same traffic."""
+        assert self.run is not None
+        with workload_window(self.tasks, ctx, workload.title):
+            for rep in range(self.cfg.reps):
+                with self.timing.count("requests_s"):
+                    rec = replay_rep(ctx, self._plans, prompts, workload, w_index, rep,
+                                     self.run.append_many, self.stop_event, self.progress)
+                self.record(rec)
+                _check_after(rec, ctx.server, ctx.arm)
 
 
 def arm_meta(a: ResolvedArm) -> dict[str, Any]:

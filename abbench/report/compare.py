@@ -11,7 +11,7 @@ from abbench.model.records import Record, Sample
 from abbench.model.rounds import comparable_records
 from abbench.report.formats import render_csv, render_json
 from abbench.report.markdown import render_markdown
-from abbench.report.notes import fault_notes, load_notes
+from abbench.report.notes import fault_notes, load_notes, replay_notes
 from abbench.report.table import Table, build_table
 from abbench.store.run import Run, open_run
 
@@ -33,6 +33,7 @@ def table_of(records: list[Record], meta: dict[str, Any], *,
     table = build_table(kept, meta, baseline=baseline, rows=rows)
     table.notes.extend(fault_notes(records, meta))
     table.notes.extend(load_notes(kept))
+    table.notes.extend(replay_notes(kept))
     return table
 
 

@@ -217,3 +217,41 @@ def load_notes(records: list[Record]) -> list[str]:
             out.append(f"Warning: {md_escape(s.workload)} ({md_escape(s.arm)}, round "
                        f"{s.round}) sent {sent:.2f} req/s against {rate:g} asked for.")
     return out
+
+
+def replay_notes(records: list[Record]) -> list[str]:
+    """Lines about trace and sessions replays: the cache state designed against the one
+    each arm's server measured, the steady window, and gaps beyond the tolerance."""
+    samples = [r for r in records if isinstance(r, LoadSample)
+               and r.level in ("trace", "sessions")]
+    out: list[str] = []
+    for row in sorted({s.workload for s in samples}):
+        mine = [s for s in samples if s.workload == row]
+        extra = [s.model_extra or {} for s in mine]
+        steady = next((e["steady"] for e in extra if isinstance(e.get("steady"), dict)), None)
+        designed = [s.metrics.get("trace_designed_hit_rate") for s in mine]
+        d = next((x for x in designed if x is not None), None)
+        measured: dict[str, list[float]] = defaultdict(list)
+        for s in mine:
+            v = s.metrics.get("trace_hit_rate")
+            if v is not None:
+                measured[s.arm].append(float(v))
+        cache = next((str(e["cache"]) for e in extra if e.get("cache")), "as-is")
+        line = f"Replay {md_escape(row)}: cache {cache}"
+        if steady:
+            share = steady.get("share") or [0, 1]
+            line += (f"; steady window {share[0]:.0%}-{share[1]:.0%} of the planned send order "
+                     f"({steady.get('requests')} requests per replay, "
+                     f"{steady.get('left_out')} of ramp-up and drain left out)")
+        if d is not None:
+            line += f"; designed cache hit rate {d:.1%}"
+        if measured:
+            line += "; measured " + ", ".join(
+                f"{md_escape(a)} {statistics.fmean(v):.1%}" for a, v in sorted(measured.items()))
+        out.append(line + ".")
+        for s, e in zip(mine, extra, strict=True):
+            for key in ("cache_warning", "cache_unmeasured"):
+                if e.get(key):
+                    out.append(f"Warning: {md_escape(row)} ({md_escape(s.arm)}, round "
+                               f"{s.round}, rep {(s.rep or 0) + 1}): {md_escape(str(e[key]))}.")
+    return out
