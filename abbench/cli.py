@@ -411,6 +411,21 @@ def trace_make(
     return commands.trace_make(kind=kind.value, out=out, seed=seed, params=given)
 
 
+@trace_app.command("stats")
+@command
+def trace_stats(
+    path: Annotated[Path, typer.Argument(help="the trace (JSONL)")],
+    kind: Annotated[TraceKind, typer.Option("--kind", help="its format")] = TraceKind.mooncake,
+    block_tokens: Annotated[int, typer.Option("--block-tokens", min=1, help="tokens per "
+                                              "hash_id block (Mooncake: 512)")] = 512,
+) -> Output:
+    """Print a trace's statistics: lengths, rate, burstiness, designed prefix reuse.
+
+    Example: abbench trace stats conversation_trace.jsonl
+    """
+    return commands.trace_stats_of(kind=kind.value, path=path, block_tokens=block_tokens)
+
+
 def main() -> None:
     try:
         app()

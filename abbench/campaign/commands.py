@@ -58,7 +58,7 @@ from abbench.server.build import gc, list_builds, render_builds
 from abbench.server.gitarms import build_arms, describe_pins, pin
 from abbench.store.index import open_index
 from abbench.store.run import Run, open_run
-from abbench.workload.tracegen import make_trace, render_stats
+from abbench.workload.tracegen import make_trace, render_stats, trace_stats
 
 #: problems (unreadable lines, runs) listed on stderr before the rest are counted
 MOST_PROBLEMS = 10
@@ -307,4 +307,10 @@ def bisect(arms_file: Path, *, good: str, bad: str, row: str, metric: str,
 def trace_make(*, kind: str, out: Path, seed: int, params: dict[str, float]) -> Output:
     """``abbench trace make``: a seeded trace written, its statistics printed."""
     rows = make_trace(kind, out, seed, params)
-    return Output(render_stats(kind, out, seed, rows))
+    return Output(render_stats(f"wrote {out} ({kind}, seed {seed})", rows))
+
+
+def trace_stats_of(*, kind: str, path: Path, block_tokens: int) -> Output:
+    """``abbench trace stats``: what a trace file is (lengths, rate, designed reuse)."""
+    return Output(render_stats(f"{path} ({kind}, {block_tokens}-token blocks)",
+                               trace_stats(kind, path, block_tokens)))

@@ -32,15 +32,19 @@ from abbench.workload.trace import (
 
 @dataclass(frozen=True)
 class MooncakeShape:
+    """Defaults: Mooncake's released conversation trace as measured by :func:`stats`
+    (docs/traffic.md): 3.4 requests/s, mean input 12,035 and output 343 tokens (input
+    median 6,909: lognormal sigma 1.05), 37% of prompt tokens a prefix sent before."""
+
     requests: int = 1000
-    rate: float = 2.0
+    rate: float = 3.4
     burstiness: float = 1.0
-    input_mean: float = 7590.0
-    input_sigma: float = 0.8
-    output_mean: float = 182.0
-    output_sigma: float = 0.8
+    input_mean: float = 12035.0
+    input_sigma: float = 1.05
+    output_mean: float = 343.0
+    output_sigma: float = 0.6
     #: designed share of prompt tokens that an earlier request already sent as a prefix
-    shared_share: float = 0.5
+    shared_share: float = 0.37
     prefix_groups: int = 4
     block_tokens: int = 512
 
@@ -264,13 +268,22 @@ def _check_shape(shape: MooncakeShape | SessionsShape) -> None:
         raise ConfigError("--side-share is a share of turns: at most 1")
 
 
-def render_stats(kind: str, path: Path, seed: int,
-                 rows: list[tuple[str, float | None, float]]) -> str:
-    """The statistics of a written trace as a small table: asked, measured, gap."""
-    lines = [f"wrote {path} ({kind}, seed {seed})", "",
+def trace_stats(kind: str, path: Path, block_tokens: int) -> list[tuple[str, float | None,
+                                                                      float]]:
+    """The statistics of a trace file (nothing asked)."""
+    trace = read_trace(path, kind, block_tokens)
+    measured = stats(trace)
+    if kind == "sessions":
+        measured["user_tokens_mean"] = user_tokens_mean(trace)
+    return [(k, None, v) for k, v in measured.items()]
+
+
+def render_stats(title: str, rows: list[tuple[str, float | None, float]]) -> str:
+    """Statistics of a trace as a small table: asked (if any), measured, gap."""
+    lines = [title, "",
              f"{'statistic':<20} {'asked':>12} {'measured':>12} {'gap':>8}"]
     for name, asked, got in rows:
-        a = "" if asked is None else f"{asked:,.4g}"
+        a = "" if asked is None else f"{asked:,.6g}"
         gap = "" if asked in (None, 0) or got != got else f"{(got / asked - 1) * 100:+.1f}%"
-        lines.append(f"{name:<20} {a:>12} {got:>12,.4g} {gap:>8}")
+        lines.append(f"{name:<20} {a:>12} {got:>12,.6g} {gap:>8}")
     return "\n".join(lines) + "\n"
