@@ -63,6 +63,9 @@ class Replay(Frozen):
                              "(the same traffic for every arm and round)")
     concurrency: int | None = Field(None, ge=1, description="cap on conversations in "
                                     "flight (a Mooncake request is its own); a new one waits")
+    workers: int = Field(1, ge=1, le=64, description="client processes, each its own event "
+                         "loop with its share of the conversations: one holds about 40,000 "
+                         "streamed tokens/s per core (docs/client-bench.md)")
     timeout: Seconds = Field(600.0, gt=0, description="seconds one replay may take; "
                              "requests still running then are cut")
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,9 @@ from abbench.workload.tracegen import SessionsShape, make_sessions, planned_orde
 
 #: output tokens of each ``cache: warm`` request (it only has to fill the cache)
 WARM_OUTPUT = 2
+#: seconds the client processes may take to start (a spawned Python imports abbench
+#: first: 20 s were seen on a loaded 2-core machine); time 0 is once all have
+WORKER_START_S = 120.0
 
 
 def sessions_shape(spec: SessionsSpec) -> SessionsShape:
@@ -119,8 +125,9 @@ class ReplayRun:
     warm_failed: list[str] = field(default_factory=list)
 
 
-async def _replay(session: AsyncSession, url: str, plan: Plan, jobs: dict[int, LoadResult],
-                  t0: float, speed: float, concurrency: int | None) -> None:
+async def _replay(session: AsyncSession, url: str, conversations: list[list[TraceRequest]],
+                  jobs: dict[int, LoadResult], t0: float, speed: float,
+                  concurrency: int | None) -> None:
     sem = asyncio.Semaphore(concurrency) if concurrency else None
     side_tasks: list[asyncio.Future[None]] = []
 
@@ -149,7 +156,7 @@ async def _replay(session: AsyncSession, url: str, plan: Plan, jobs: dict[int, L
             if sem is not None:
                 sem.release()
 
-    convs = [asyncio.ensure_future(conversation(rs)) for rs in plan.trace.sessions().values()]
+    convs = [asyncio.ensure_future(conversation(rs)) for rs in conversations]
     try:
         await asyncio.gather(*convs)
         await asyncio.gather(*side_tasks)
@@ -160,9 +167,10 @@ async def _replay(session: AsyncSession, url: str, plan: Plan, jobs: dict[int, L
 
 
 def run_replay(client: Client, prompts: PromptMaker, plan: Plan, *, seed: int, speed: float,
-               concurrency: int | None, time_left: float,
+               concurrency: int | None, time_left: float, workers: int = 1,
                stop_event: threading.Event | None = None) -> ReplayRun:
-    """Prepare every prompt (token ids, bodies), send the warm prefixes, then replay."""
+    """Prepare every prompt (token ids, bodies), send the warm prefixes, then replay
+    on this thread's event loop, or spread over ``workers`` client processes."""
     head = client.special_prefix()
     book = TokenBook(prompts.filler(4096), seed)
     reqs = plan.trace.requests
@@ -178,25 +186,114 @@ def run_replay(client: Client, prompts: PromptMaker, plan: Plan, *, seed: int, s
         client, book.prompt(p, head), WARM_OUTPUT), "warm")) for i, p in enumerate(plan.warm)]
     stop = stop_event.is_set if stop_event is not None else (lambda: False)
     url = client.base_url + client.arm.completions_path
+    timeout = client.arm.request_timeout
+    conversations = list(plan.trace.sessions().values())
     c0, w0 = time.process_time(), time.perf_counter()
     t0_box: list[float] = []
 
     async def main() -> str | None:
-        async with async_session(client.arm.request_timeout) as session:
+        async with async_session(timeout) as session:
             for w in warm:
                 await send_request(session, url, w)
+            if workers > 1:
+                return None
             t0_box.append(time.perf_counter())
-            task = asyncio.ensure_future(_replay(session, url, plan, jobs, t0_box[0], speed,
-                                                 concurrency))
+            task = asyncio.ensure_future(_replay(session, url, conversations, jobs, t0_box[0],
+                                                 speed, concurrency))
             return await until_done(task, stop, time_left - (time.perf_counter() - w0),
                                     "the replay's timeout ran out")
 
     cut = asyncio.run(main())
+    cpu = time.process_time() - c0
+    if workers > 1:
+        cut, cpu_workers = _in_workers(url, timeout, conversations, jobs, t0_box, speed,
+                                       concurrency, workers, time_left - (time.perf_counter() - w0),
+                                       stop)
+        cpu = max([cpu, *cpu_workers])
     results = [jobs[r.index] for r in reqs]
     mark_cut(results, cut)
-    return ReplayRun(results, list(reqs), t0_box[0] if t0_box else w0,
-                     time.perf_counter() - w0, time.process_time() - c0, cut,
+    wall = time.perf_counter() - w0
+    return ReplayRun(results, list(reqs), t0_box[0] if t0_box else w0, wall, cpu, cut,
                      [w.reason or w.status for w in warm if w.status != "ok"])
+
+
+def _worker(url: str, timeout: float, conversations: list[list[TraceRequest]],
+            jobs: dict[int, LoadResult], speed: float, concurrency: int | None,
+            time_left: float, conn: Connection) -> None:
+    """One client process: says it is ready, gets time 0, replays its share of the
+    conversations on its own event loop, sends the results back through ``conn``
+    (perf_counter is the system's monotonic clock, the same in every process)."""
+    conn.send("ready")
+    t0 = conn.recv()
+    c0 = time.process_time()
+
+    async def main() -> str | None:
+        async with async_session(timeout) as session:
+            task = asyncio.ensure_future(_replay(session, url, conversations, jobs, t0, speed,
+                                                 concurrency))
+            return await until_done(task, lambda: False, time_left,
+                                    "the replay's timeout ran out")
+
+    cut = asyncio.run(main())
+    conn.send((cut, jobs, time.process_time() - c0))
+    conn.close()
+
+
+def _in_workers(url: str, timeout: float, conversations: list[list[TraceRequest]],
+                jobs: dict[int, LoadResult], t0_box: list[float], speed: float,
+                concurrency: int | None, workers: int, time_left: float,
+                stop: Callable[[], bool]) -> tuple[str | None, list[float]]:
+    """The replay spread over ``workers`` processes (conversations dealt round-robin,
+    ``concurrency`` shared out): time 0 (put in ``t0_box``) once all of them have
+    started; their results merged into ``jobs``. Returns why it was cut (or None) and
+    each process's CPU seconds."""
+    mp = multiprocessing.get_context("spawn")
+    share = None if concurrency is None else -(-concurrency // workers)
+    procs: list[tuple[BaseProcess, Connection]] = []
+    for k in range(workers):
+        mine = conversations[k::workers]
+        part = {r.index: jobs[r.index] for rs in mine for r in rs}
+        here, there = mp.Pipe()
+        proc = mp.Process(target=_worker, args=(url, timeout, mine, part, speed, share,
+                                                time_left, there), daemon=True)
+        proc.start()
+        there.close()
+        procs.append((proc, here))
+    cut: str | None = None
+    cpus: list[float] = []
+    deadline = time.perf_counter() + WORKER_START_S
+    try:
+        for p, conn in procs:  # each says it is ready (a spawned Python imports first)
+            while not conn.poll(0.05):
+                if stop():
+                    return "interrupted", cpus
+                if time.perf_counter() > deadline or not p.is_alive():
+                    return "a client process did not start", cpus
+            conn.recv()
+        t0_box.append(time.perf_counter() + 0.05)
+        for _, conn in procs:
+            conn.send(t0_box[0])
+        deadline = time.perf_counter() + time_left + 30
+        for p, conn in procs:
+            while not conn.poll(0.05):
+                if stop():
+                    return "interrupted", cpus
+                if time.perf_counter() > deadline or (not p.is_alive() and not conn.poll(0)):
+                    return cut or "a client process ended without its results", cpus
+            try:
+                their_cut, their_jobs, cpu = conn.recv()
+            except EOFError:
+                return "a client process ended without its results", cpus
+            jobs.update(their_jobs)
+            cut = cut or their_cut
+            cpus.append(cpu)
+        return cut, cpus
+    finally:
+        for p, conn in procs:
+            conn.close()
+            if p.is_alive():
+                p.terminate()
+            p.join(timeout=5)
 
 
 # ----------------------------------------------------------------- metrics
@@ -286,11 +383,13 @@ def measure_replay(client: Client, prompts: PromptMaker, workload: Workload, pla
     speed = spec.speed if isinstance(spec, TraceSpec) else 1.0
     run = run_replay(client, prompts, plan, seed=seed, speed=speed,
                      concurrency=spec.concurrency, time_left=min(time_left, spec.timeout),
-                     stop_event=stop_event)
+                     workers=spec.workers, stop_event=stop_event)
     reqs = replay_records(run, plan)
     slo = workload.slo.model_dump() if workload.slo else None
     metrics, detail = replay_metrics(reqs, steady=spec.steady, tolerance=spec.tolerance, slo=slo)
+    # cpu_s: the busiest client process's CPU seconds (one event loop each)
     detail.update(level=workload.kind, wall_s=run.wall_s, client_cpu_s=run.cpu_s,
+                  client_workers=spec.workers,
                   client_cpu_share=run.cpu_s / run.wall_s if run.wall_s > 0 else None,
                   cache=spec.cache, warm_prompts=len(plan.warm))
     detail["completion_tokens"] = sum(int(r.get("completion_tokens") or 0) for r in reqs)

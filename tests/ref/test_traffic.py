@@ -52,7 +52,7 @@ def test_sessions_replay_sends_the_same_prompts_to_every_arm_and_round(
     assert no_process_left(str(REFSERVER))
 
 
-def test_mooncake_trace_replayed_at_its_timestamps(tmp_path: Path, results: Path) -> None:
+def test_mooncake_trace_replayed_at_its_timestamps_by_two_client_processes(tmp_path: Path, results: Path) -> None:
     trace = tmp_path / "t.jsonl"
     r = abbench("trace", "make", "--kind", "mooncake", "--seed", "2", "--requests", "12",
                 "--rate", "20", "--input-mean", "80", "--output-mean", "4",
@@ -60,7 +60,8 @@ def test_mooncake_trace_replayed_at_its_timestamps(tmp_path: Path, results: Path
     assert r.returncode == 0, r.stderr
     wl = """
   - name: replay
-    trace: {file: t.jsonl, block_tokens: 16, speed: 2x, cache: warm, steady: [0, 1]}
+    trace: {file: t.jsonl, block_tokens: 16, speed: 2x, cache: warm, steady: [0, 1],
+            workers: 2}
 """
     path = write_arms(tmp_path / "arms.yaml", arms(wl, rounds=1))
     r = abbench("run", str(path), "--results", str(results), "--plain")
@@ -74,6 +75,8 @@ def test_mooncake_trace_replayed_at_its_timestamps(tmp_path: Path, results: Path
         assert want - 0.01 <= x["t_sched"] <= want + 0.15, (x["t_sched"], want)
         assert x["prompt_tokens"] == rows[x["index"]]["input_length"]
     assert "cache warm" in r.stdout
+    samples = [x for x in recs if x["type"] == "sample"]
+    assert all(s["client_workers"] == 2 and s["valid"] for s in samples), samples
     assert no_process_left(str(REFSERVER))
 
 
