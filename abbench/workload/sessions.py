@@ -141,12 +141,15 @@ async def _replay(session: AsyncSession, url: str, conversations: list[list[Trac
             await sem.acquire()
         try:
             for r in turns:
-                wait = r.think_ms / 1e3 / speed
+                # planned send: the think time after the last turn ended, not before the
+                # turn's timestamp; t_sched keeps it (t_start - t_sched: how late it left)
+                due = t0 if r is turns[0] else time.perf_counter() + r.think_ms / 1e3 / speed
                 if r.t_ms is not None:
-                    wait = max(wait, t0 + r.t_ms / 1e3 / speed - time.perf_counter())
+                    due = max(due, t0 + r.t_ms / 1e3 / speed)
+                wait = due - time.perf_counter()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                jobs[r.index].job.t_sched = time.perf_counter() - t0
+                jobs[r.index].job.t_sched = due - t0
                 if r.side:
                     side_tasks.append(asyncio.ensure_future(
                         send_request(session, url, jobs[r.index])))

@@ -6,6 +6,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REFSERVER, no_process_left, write_arms
 from tests.ref.test_cli import abbench, only_run
 from tests.ref.test_load import arms as load_arms
@@ -52,7 +54,8 @@ def test_sessions_replay_sends_the_same_prompts_to_every_arm_and_round(
     assert no_process_left(str(REFSERVER))
 
 
-def test_mooncake_trace_replayed_at_its_timestamps_by_two_client_processes(tmp_path: Path, results: Path) -> None:
+def test_mooncake_trace_replayed_at_its_timestamps_by_two_client_processes(
+        tmp_path: Path, results: Path) -> None:
     trace = tmp_path / "t.jsonl"
     r = abbench("trace", "make", "--kind", "mooncake", "--seed", "2", "--requests", "12",
                 "--rate", "20", "--input-mean", "80", "--output-mean", "4",
@@ -72,7 +75,8 @@ def test_mooncake_trace_replayed_at_its_timestamps_by_two_client_processes(tmp_p
     assert len(reqs) == 2 * len(rows)
     for x in reqs:  # sent at the trace's times, twice as fast (scheduling slack: 150 ms)
         want = rows[x["index"]]["timestamp"] / 1e3 / 2
-        assert want - 0.01 <= x["t_sched"] <= want + 0.15, (x["t_sched"], want)
+        assert x["t_sched"] == pytest.approx(want, abs=1e-6)
+        assert want - 0.01 <= x["t_start"] <= want + 0.15, (x["t_start"], want)
         assert x["prompt_tokens"] == rows[x["index"]]["input_length"]
     assert "cache warm" in r.stdout
     samples = [x for x in recs if x["type"] == "sample"]
