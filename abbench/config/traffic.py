@@ -89,6 +89,12 @@ class TraceSpec(Replay):
     first: Annotated[float | None, BeforeValidator(parse_seconds)] = Field(
         None, description="only sessions that start in this first span (10m, 90s)")
 
+    def describe(self) -> str:
+        first = "" if self.first is None else f", the first {self.first:g} s"
+        return (f"replay of {self.file} ({self.format}, {self.block_tokens}-token blocks, "
+                f"speed {self.speed:g}x{first}), cache {self.cache}, {self.workers} client "
+                "process(es)")
+
     @field_validator("file")
     @classmethod
     def _file(cls, v: str) -> str:
@@ -112,3 +118,9 @@ class SessionsSpec(Replay):
                               "a side call")
     side_tokens: Tokens = 64
     side_output: int = Field(8, ge=2)
+
+    def describe(self) -> str:
+        side = f", side calls after {self.side_share:.0%} of turns" if self.side_share else ""
+        return (f"{self.count} conversations x {self.turns} turns, {self.prefix_tokens}-token "
+                f"shared prefix, +{self.user_tokens} tokens and {self.output_tokens} out a "
+                f"turn, {self.rate:g}/s, think {self.think:g} s{side}, cache {self.cache}")
