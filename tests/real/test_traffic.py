@@ -15,7 +15,7 @@ def test_real_sessions_cache_on_against_off(tmp_path: Path, results: Path, real_
     tag = f"abbench-traffic-{tmp_path.name}"  # names this test's servers among any others
     base = [*llama_start(real_parts, "--alias", tag, ctx=4096), "-np", "4"]
     arms = write_arms(tmp_path / "arms.yaml", f"""
-rounds: 3
+rounds: 4
 warmup: 0
 defaults: {{preset: llama.cpp, ready: {{timeout: 120}}}}
 arms:
@@ -32,7 +32,7 @@ workloads:
     (run / "report.txt").write_text(r.stdout)
     recs = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     samples = [s for s in recs if s["type"] == "sample"]
-    assert len(samples) == 6 and all(s["valid"] for s in samples), samples
+    assert len(samples) == 8 and all(s["valid"] for s in samples), samples
     reqs = [x for x in recs if x["type"] == "load_request"]
     assert all(x["status"] == "ok" and x["prompt_tokens"] == x["input_length"] for x in reqs)
     hit = {s["arm"]: [] for s in samples}
@@ -45,7 +45,8 @@ workloads:
     # designed against measured, said; the cache-off arm is far from the design
     assert "Replay sessions: cache cold" in r.stdout and "designed cache hit rate" in r.stdout
     assert "Warning: sessions (nocache, round" in r.stdout
-    # later turns reuse their conversation: their TTFT falls with the cache (decided)
+    # later turns reuse their conversation: their TTFT falls with the cache, decided in 4
+    # rounds (3 gave -92.4% [-97.1, -80.2], "~1 more round" under the run's BH correction)
     line = next(x for x in r.stdout.splitlines()
                 if x.startswith("| sessions TTFT later turns p90 (ms) |"))
     assert "▲" in line, line
