@@ -388,6 +388,73 @@ def builds_gc(
     return commands.builds_gc(keep_days=keep_days, max_gib=max_gib, dry_run=dry_run)
 
 
+trace_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                        help="Traces for trace: and sessions: workloads (docs/traffic.md).")
+app.add_typer(trace_app, name="trace")
+
+
+class TraceKind(str, Enum):
+    mooncake = "mooncake"
+    sessions = "sessions"
+
+
+def _opt(help_: str) -> Any:
+    return typer.Option(help=help_)
+
+
+@trace_app.command("make")
+@command
+def trace_make(
+    kind: Annotated[TraceKind, typer.Option("--kind", help="mooncake (timestamps, hash_ids) "
+                                            "or sessions (multi-turn chat turns)")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="the JSONL file to write")],
+    seed: Annotated[int, typer.Option("--seed", min=0, help="the generator's seed")] = 1,
+    requests: Annotated[int | None, _opt("mooncake: requests")] = None,
+    sessions: Annotated[int | None, _opt("sessions: conversations")] = None,
+    rate: Annotated[float | None, _opt("requests (mooncake) or conversations (sessions) "
+                                       "started per second")] = None,
+    burstiness: Annotated[float | None, _opt("gamma shape of arrival gaps: 1 Poisson, "
+                                             "below 1 burstier")] = None,
+    input_mean: Annotated[float | None, _opt("mooncake: mean prompt tokens")] = None,
+    output_mean: Annotated[float | None, _opt("mooncake: mean output tokens")] = None,
+    shared_share: Annotated[float | None, _opt("mooncake: share of prompt tokens an "
+                                               "earlier request sent as a prefix")] = None,
+    prefix_groups: Annotated[int | None, _opt("mooncake: distinct shared prefixes")] = None,
+    block_tokens: Annotated[int | None, _opt("mooncake: tokens per hash_id block")] = None,
+    turns: Annotated[int | None, _opt("sessions: turns per conversation")] = None,
+    prefix_tokens: Annotated[int | None, _opt("sessions: the shared prefix")] = None,
+    user_tokens: Annotated[int | None, _opt("sessions: mean tokens a turn appends")] = None,
+    output_tokens: Annotated[int | None, _opt("sessions: mean output tokens a turn")] = None,
+    think_s: Annotated[float | None, _opt("sessions: mean think time between turns")] = None,
+    spread: Annotated[float | None, _opt("sessions: lognormal spread of lengths (0 exact)")]
+    = None,
+    side_share: Annotated[float | None, _opt("sessions: share of turns with a side call")]
+    = None,
+) -> Output:
+    """Write a seeded trace and print its statistics (asked against measured).
+
+    Example: abbench trace make --kind mooncake --seed 1 --requests 1000 --rate 2 -o t.jsonl
+    """
+    given = {k: v for k, v in locals().items()
+             if k not in ("kind", "out", "seed") and v is not None}
+    return commands.trace_make(kind=kind.value, out=out, seed=seed, params=given)
+
+
+@trace_app.command("stats")
+@command
+def trace_stats(
+    path: Annotated[Path, typer.Argument(help="the trace (JSONL)")],
+    kind: Annotated[TraceKind, typer.Option("--kind", help="its format")] = TraceKind.mooncake,
+    block_tokens: Annotated[int, typer.Option("--block-tokens", min=1, help="tokens per "
+                                              "hash_id block (Mooncake: 512)")] = 512,
+) -> Output:
+    """Print a trace's statistics: lengths, rate, burstiness, designed prefix reuse.
+
+    Example: abbench trace stats conversation_trace.jsonl
+    """
+    return commands.trace_stats_of(kind=kind.value, path=path, block_tokens=block_tokens)
+
+
 #: exit code when the reader of stdout went away (128 + SIGPIPE, as shell tools)
 EXIT_PIPE = 141
 

@@ -58,6 +58,7 @@ from abbench.server.buildcache import gc, list_builds
 from abbench.server.gitarms import build_arms, describe_pins, pin
 from abbench.store.index import open_index
 from abbench.store.run import open_run
+from abbench.workload.tracegen import make_trace, render_stats, trace_stats
 
 #: problems (unreadable lines, runs) listed on stderr before the rest are counted
 MOST_PROBLEMS = 10
@@ -329,3 +330,15 @@ def bisect(arms_file: Path, *, good: str, bad: str, row: str, metric: str,
                      max_steps=max_steps, results=results, progress=make_progress(live),
                      until_ci=until_ci)
     return Output(res.text, [], res.code)
+
+
+def trace_make(*, kind: str, out: Path, seed: int, params: dict[str, float]) -> Output:
+    """``abbench trace make``: a seeded trace written, its statistics printed."""
+    rows = make_trace(kind, out, seed, params)
+    return Output(render_stats(f"wrote {out} ({kind}, seed {seed})", rows))
+
+
+def trace_stats_of(*, kind: str, path: Path, block_tokens: int) -> Output:
+    """``abbench trace stats``: what a trace file is (lengths, rate, designed reuse)."""
+    return Output(render_stats(f"{path} ({kind}, {block_tokens}-token blocks)",
+                               trace_stats(kind, path, block_tokens)))

@@ -22,20 +22,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from abbench.campaign.describe import arm_meta, order_seed, request_templates, server_props
 from abbench.campaign.environment import environment
 from abbench.campaign.health import SlotFailed, check_after
 from abbench.campaign.preflight import check_config
 from abbench.campaign.progress import Progress, SilentProgress
+from abbench.campaign.replay import Plans, replay_rep
 from abbench.campaign.until_ci import planned_and_more
 from abbench.collectors.tasks import workload_window
 from abbench.config.plan import plan
-from abbench.config.presets import arm_preset
 from abbench.config.schema import (
     Config,
     ResolvedArm,
     Workload,
     config_for_storage,
-    format_cpus,
     placeholder_values,
     prompt_text,
 )
@@ -154,6 +154,7 @@ class Campaign:
         self.failed = 0
         #: the warm-up requests of the current server life that failed
         self.warmup_failed: list[str] = []
+        self._plans = Plans(cfg).checked()  # a bad trace file: exit 2 before any server
 
     # ----------------------------------------------------------- set-up
     def create_run(self, schedule: list[Slot], seed: int) -> Run:
@@ -425,6 +426,8 @@ class Campaign:
                     self._warmup(slot, arm, server, client, prompts)
                 if workload.load is not None:
                     self._load(ctx, prompts, workload, w_index, base)
+                if workload.replay is not None:
+                    self._replay(ctx, prompts, workload, w_index)
                 for context in workload.contexts:
                     row = workload.row_name(context)
                     with workload_window(self.tasks, ctx, row):  # collectors' windows
@@ -530,39 +533,17 @@ class Campaign:
                     self.record(rec)
                     check_after(rec, ctx.server, ctx.arm)
 
-
-def arm_meta(a: ResolvedArm) -> dict[str, Any]:
-    """An arm as run.json lists it; ``cpus`` (the kernel's list format) and ``nice``
-    only when the arm sets them."""
-    out: dict[str, Any] = {"name": a.name, "label": a.label, "commit": a.commit,
-                           "preset": a.preset}
-    if a.series is not None:
-        out["series"] = a.series
-    if a.cpus is not None:
-        out["cpus"] = format_cpus(a.cpus)
-    if a.nice is not None:
-        out["nice"] = a.nice
-    if a.git is not None:  # the pinned commit and patch set: --resume builds these
-        out["git"] = {"source": a.git.source, "ref": a.git.ref, "sha": a.git.sha,
-                      "patch": [list(p) for p in a.git.patch or []],
-                      "describe": a.git.describe()}
-    return out
-
-
-def request_templates(cfg: Config, client: Client) -> dict[str, Any]:
-    """What each request of an arm sends: one body per workload (by its title, with
-    its own decode length or load output length), and the warm-up's."""
-    bodies = {w.title: client.request_body(
-        "<prompt token ids>", w.load.output_tokens if w.load is not None else w.decode_tokens)
-        for w in cfg.workloads}
-    return {"workloads": bodies, "warmup": client.request_body("<prompt token ids>", 8)}
-
-
-def order_seed(meta: dict[str, Any]) -> int:
-    """The seed the run's arm orders were drawn with (nonce prompt sets derive theirs
-    from it): ``order_seed`` where it differs from the run's own ``seed`` (a shard's:
-    the campaign's), else ``seed``."""
-    return int(meta.get("order_seed", meta.get("seed")) or 0)
+    def _replay(self, ctx: SlotContext, prompts: PromptMaker, workload: Workload,
+                w_index: int) -> None:
+        """A trace or sessions workload: each rep replays the same traffic."""
+        assert self.run is not None
+        with workload_window(self.tasks, ctx, workload.title):
+            for rep in range(self.cfg.reps):
+                with self.timing.count("requests_s"):
+                    rec = replay_rep(ctx, self._plans, prompts, workload, w_index, rep,
+                                     self.run.append_many, self.stop_event, self.progress)
+                self.record(rec)
+                check_after(rec, ctx.server, ctx.arm)
 
 
 def _what(e: BaseException) -> str:
@@ -577,21 +558,6 @@ def _now() -> str:
 def _rounds_done(run: Run) -> int:
     """Rounds in which every arm finished (the rounds the comparison uses)."""
     return len(complete_rounds(run.records(), run.meta()))
-
-
-def server_props(client: Client, arm: ResolvedArm) -> dict[str, Any] | None:
-    """The server's props, from ``props_path`` or else the preset's fallback paths (a
-    renamed endpoint's old name: SGLang's /get_server_info)."""
-    props = client.props()
-    for path in arm_preset(arm).props_fallback_paths if props is None else ():
-        old = Client(client.base_url, arm.model_copy(update={"props_path": path}))
-        try:
-            props = old.props()
-        finally:
-            old.close()
-        if props is not None:
-            break
-    return props
 
 
 def system_fingerprints(records: list[Record], slot: int) -> list[str]:

@@ -54,3 +54,31 @@ def endpoint_path(v: str | None) -> str | None:
             "endpoint_path", "{path} is not an endpoint path: write it from the server's root, "
             "starting with / (e.g. /health)", {"path": clip_repr(v, 80)})
     return v
+
+
+_CONTEXT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+
+
+def parse_context(value: int | str) -> int:
+    """``"32K"`` -> 32768, ``"255K"`` -> 261120, ``"1000"`` -> 1000, ``"1M"`` -> 1048576."""
+    if isinstance(value, bool):
+        raise ValueError("a context length is a number of tokens such as 1000, 32K or 255K")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = _CONTEXT_RE.match(str(value))
+        if not m:
+            raise ValueError(
+                f"{clip_repr(value)} is not a context length: write a number of tokens such as "
+                "1000, 32K or 255K (K = 1024 tokens, M = 1024K)"
+            )
+        scale = {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
+        exact = float(m.group(1)) * scale
+        if exact != int(exact):  # 1.5 used to be read as 1 token
+            raise ValueError(f"{clip_repr(value)} is not a whole number of tokens"
+                             + (f" ({exact:g})" if scale > 1 else "")
+                             + f"; write e.g. {max(1, round(exact))}")
+        n = int(exact)
+    if n < 1:
+        raise ValueError(f"a context length must be at least 1 token, got {clip_repr(value)}")
+    return n

@@ -28,7 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from abbench import registry
-from abbench.config.base import Frozen, endpoint_path
+from abbench.config.base import Frozen, endpoint_path, parse_context
 from abbench.config.collectors import CollectorSettings
 from abbench.config.files import ARMS_FILE_MAX, PROMPT_TEXT_MAX, load_yaml, read_text
 from abbench.config.presets import arm_preset, get_preset, with_overrides
@@ -42,6 +42,7 @@ from abbench.config.secrets import (
     scrub,
 )
 from abbench.config.stats import StatsConfig, TableConfig
+from abbench.config.traffic import SessionsSpec, TraceSpec
 from abbench.errors import ConfigError, clip, clip_repr
 from abbench.model.rows import RowKey
 
@@ -49,34 +50,6 @@ SCHEMA_VERSION = 1
 
 #: rounds x arms of one arms file (each is a server start)
 MAX_SERVER_LIVES = 100_000
-
-_CONTEXT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
-
-
-def parse_context(value: int | str) -> int:
-    """``"32K"`` -> 32768, ``"255K"`` -> 261120, ``"1000"`` -> 1000, ``"1M"`` -> 1048576."""
-    if isinstance(value, bool):
-        raise ValueError("a context length is a number of tokens such as 1000, 32K or 255K")
-    if isinstance(value, int):
-        n = value
-    else:
-        m = _CONTEXT_RE.match(str(value))
-        if not m:
-            raise ValueError(
-                f"{clip_repr(value)} is not a context length: write a number of tokens such as "
-                "1000, 32K or 255K (K = 1024 tokens, M = 1024K)"
-            )
-        scale = {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
-        exact = float(m.group(1)) * scale
-        if exact != int(exact):  # 1.5 used to be read as 1 token
-            raise ValueError(f"{clip_repr(value)} is not a whole number of tokens"
-                             + (f" ({exact:g})" if scale > 1 else "")
-                             + f"; write e.g. {max(1, round(exact))}")
-        n = int(exact)
-    if n < 1:
-        raise ValueError(f"a context length must be at least 1 token, got {clip_repr(value)}")
-    return n
-
 
 def parse_cpus(value: Any) -> list[int]:
     """``"0-3,8"`` -> [0, 1, 2, 3, 8]; ``[2, 0]`` -> [0, 2]; ``3`` -> [3]."""
@@ -474,7 +447,7 @@ class Slo(_Frozen):
 
 
 class Workload(_Frozen):
-    kind: Literal["decode", "load"] = "decode"
+    kind: Literal["decode", "load", "trace", "sessions"] = "decode"
     name: str | None = Field(None, description="row name; default 'decode' "
                              "(+ ' + side calls'), or 'load'")
     contexts: list[Context] = Field(default_factory=list, min_length=1)
@@ -484,17 +457,30 @@ class Workload(_Frozen):
     load: LoadSpec | None = Field(None, description="a load workload: concurrency levels "
                                   "or arrival rates (see README, Load workloads)")
     slo: Slo | None = Field(None, description="load only: goodput counts requests meeting it")
+    trace: TraceSpec | None = Field(None, description="replay a trace file (docs/traffic.md)")
+    sessions: SessionsSpec | None = Field(None, description="multi-turn conversations "
+                                          "sharing a prefix (docs/traffic.md)")
 
     @model_validator(mode="before")
     @classmethod
     def _kind_from_load(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and data.get("load") is not None and "kind" not in data:
-            return {**data, "kind": "load"}
+        if isinstance(data, Mapping) and "kind" not in data:
+            for kind in ("load", "trace", "sessions"):
+                if data.get(kind) is not None:
+                    return {**data, "kind": kind}
         return data
 
     @model_validator(mode="after")
     def _decode_or_load(self) -> Workload:
-        if self.kind == "load":
+        if self.replay is not None or self.kind in ("trace", "sessions"):
+            if getattr(self, self.kind, None) is None or self.load is not None \
+                    or (self.trace is not None and self.sessions is not None):
+                raise ValueError(f"kind: {self.kind} takes one {self.kind}: mapping (and no "
+                                 "load:, trace: or sessions: beside it)")
+            if self.contexts or self.side_calls:
+                raise ValueError(f"a {self.kind} workload takes its lengths inside "
+                                 f"{self.kind}:, not contexts: or side_calls:")
+        elif self.kind == "load":
             if self.load is None:
                 raise ValueError("kind: load needs a load: mapping (concurrency:, ...)")
             if self.contexts or self.side_calls:
@@ -514,7 +500,14 @@ class Workload(_Frozen):
             return self.name
         if self.load is not None:
             return "load"
+        if self.replay is not None:
+            return self.kind
         return "decode + side calls" if self.side_calls else "decode"
+
+    @property
+    def replay(self) -> TraceSpec | SessionsSpec | None:
+        """The trace or sessions spec of a replayed workload, else None."""
+        return self.trace if self.trace is not None else self.sessions
 
     def row_name(self, context: int) -> str:
         """The row id stored with every sample (``workload`` in samples.jsonl): the
@@ -539,10 +532,17 @@ class Workload(_Frozen):
         if self.load is not None:
             return [RowKey(self.load_row(lv), "", self.load.prompt_tokens, self.load.output_tokens)
                     for lv in self.load.levels()]
+        if self.sessions is not None:
+            return [RowKey(self.title, "", self.sessions.prefix_tokens,
+                           self.sessions.output_tokens)]
+        if self.trace is not None:
+            return [RowKey(self.title)]
         return [self.row_key(c) for c in self.contexts]
 
 
 def _describe(w: Workload) -> str:
+    if w.replay is not None:
+        return f"{w.title!r}"
     if w.load is not None:
         return f"{w.title!r}: " + ", ".join(lv.label for lv in w.load.levels())
     ctx = ", ".join(format_context(c) for c in w.contexts)

@@ -59,6 +59,14 @@ _DECLARED = (
     MetricSpec("load_goodput", "goodput share", "", "higher", 3),
     MetricSpec("load_goodput_req_s", "goodput", "req/s", "higher", 2, table=False),
     MetricSpec("load_failed", "failed requests", "", "lower", 0, table=False),
+    # trace and sessions replays (abbench/workload/sessions.py): TTFT of first turns
+    # (cold) and later turns (warm), the server's cache hit rate, misses per output token
+    *(MetricSpec(f"trace_ttft_{turn}_p{q}_ms", f"TTFT {turn} turns p{q}", "ms", "lower", 1,
+                 table=q == 90) for turn in ("first", "later") for q in (50, 90, 99)),
+    MetricSpec("trace_hit_rate", "cache hit rate", "", "higher", 3),
+    MetricSpec("trace_designed_hit_rate", "designed cache hit rate", "", "higher", 3,
+               table=False),
+    MetricSpec("trace_misses_per_token", "prompt misses/token", "", "lower", 2),
     # collectors
     MetricSpec("peak_vram_mib", "peak VRAM", "MiB", "lower", 0),
     MetricSpec("device_vram_mib", "peak device VRAM", "MiB", "lower", 0),

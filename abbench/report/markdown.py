@@ -243,7 +243,27 @@ def _leave_one_out(n: Note, f: dict[str, Any]) -> list[str]:
 
 
 #: every note's words, by kind
+def _replay(n: Note, f: dict[str, Any]) -> list[str]:
+    line = f"Replay {md_escape(n.row or '')}: cache {f['cache']}"
+    steady = f.get("steady")
+    if steady:
+        share = steady.get("share") or [0, 1]
+        line += (f"; steady window {share[0]:.0%}-{share[1]:.0%} of the planned send order "
+                 f"({steady.get('requests')} requests per replay, "
+                 f"{steady.get('left_out')} of ramp-up and drain left out)")
+    if f.get("designed") is not None:
+        line += f"; designed cache hit rate {f['designed']:.1%}"
+    if f.get("measured"):
+        line += "; measured " + ", ".join(
+            f"{md_escape(a)} {v:.1%}" for a, v in f["measured"].items())
+    return [line + "."]
+
+
 WORDS: dict[str, Callable[[Note, dict[str, Any]], list[str]]] = {
+    "replay": _replay,
+    "replay_cache": lambda n, f: [
+        f"Warning: {md_escape(n.row or '')} ({md_escape(n.arm or '')}, round {n.round}, "
+        f"rep {f['rep']}): {md_escape(f['reason'])}."],
     "exposed": lambda n, f: [
         f"Warning: arm {n.arm}'s server listens on {', '.join(f['addresses'])}, beyond "
         "127.0.0.1: anyone who can reach this host can send it requests (and disturb the "

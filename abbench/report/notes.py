@@ -213,3 +213,34 @@ def exposure_notes(meta: dict[str, Any]) -> list[Note]:
 def exposure_note(arm: str, addresses: list[str]) -> Note:
     """A server that listens beyond 127.0.0.1."""
     return Note("exposed", {"addresses": addresses}, arm=arm)
+
+
+def replay_notes(records: list[Record]) -> list[Note]:
+    """Trace and sessions replays: the cache state designed against the one each arm's
+    server measured, the steady window, and gaps beyond the tolerance."""
+    samples = [r for r in records if isinstance(r, LoadSample)
+               and r.level in ("trace", "sessions")]
+    out: list[Note] = []
+    for row in sorted({s.workload for s in samples}):
+        mine = [s for s in samples if s.workload == row]
+        extra = [s.model_extra or {} for s in mine]
+        steady = next((e["steady"] for e in extra if isinstance(e.get("steady"), dict)), None)
+        designed = [s.metrics.get("trace_designed_hit_rate") for s in mine]
+        d = next((x for x in designed if x is not None), None)
+        measured: dict[str, list[float]] = defaultdict(list)
+        for s in mine:
+            v = s.metrics.get("trace_hit_rate")
+            if v is not None:
+                measured[s.arm].append(float(v))
+        cache = next((str(e["cache"]) for e in extra if e.get("cache")), "as-is")
+        out.append(Note("replay", {
+            "cache": cache, "steady": steady, "designed": d,
+            "measured": {a: statistics.fmean(v) for a, v in sorted(measured.items())}},
+            row=row))
+        for s, e in zip(mine, extra, strict=True):
+            for key in ("cache_warning", "cache_unmeasured"):
+                if e.get(key):
+                    out.append(Note("replay_cache", {"rep": (s.rep or 0) + 1,
+                                                     "reason": str(e[key])},
+                                    arm=s.arm, row=row, round=s.round))
+    return out

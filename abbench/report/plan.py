@@ -47,6 +47,11 @@ def describe_plan(cfg: Config, schedule: list[Slot], seed: int, *,
     lines.append("workloads:")
     per_life = 0
     for w in cfg.workloads:
+        if w.replay is not None:
+            lines.append(f"  {w.title}: {w.replay.describe()}")
+            if w.sessions is not None:
+                per_life += cfg.reps * w.sessions.count * w.sessions.turns
+            continue
         if w.load is not None:
             lines.append(f"  {_describe_load(w)}")
             per_life += cfg.reps * sum(w.load.warmup_for(lv) + w.load.requests

@@ -28,6 +28,7 @@ from abbench.report.notes import (
     exposure_notes,
     fault_notes,
     load_notes,
+    replay_notes,
     run_notes,
     side_call_notes,
 )
@@ -51,6 +52,7 @@ def table_of(records: list[Record], meta: dict[str, Any], *,
                           settings=settings)
     table.notes.extend(fault_notes(records, meta))
     table.notes.extend(load_notes(kept))
+    table.notes.extend(replay_notes(kept))
     table.notes.extend(exposure_notes(meta))
     return table
 

@@ -60,6 +60,8 @@ class LoadResult:
     completion_tokens: int | None = None
     status: str = "failed"
     reason: str | None = "not sent"
+    #: prompt tokens the server says came from its cache (None: it did not say)
+    cached_tokens: int | None = None
 
     def record(self, t0: float, *, prompt_len: int, output_len: int) -> dict[str, Any]:
         """The stored ``load_request`` fields (times relative to the level start, s;
@@ -97,6 +99,26 @@ class LoadResult:
                 status, reason = "invalid", "; ".join(wrong)
         rec["status"], rec["reason"] = status, reason
         return rec
+
+
+def cached_tokens(chunk: wire.Chunk) -> int | None:
+    """The prompt tokens a chunk says came from the server's cache: llama.cpp
+    ``timings.cache_n``, vLLM/SGLang ``usage.prompt_tokens_details.cached_tokens``
+    (with --enable-prompt-tokens-details / --enable-cache-report), SGLang
+    ``meta_info.cached_tokens``; None when it says nothing."""
+    if chunk.timings is not None and chunk.timings.cache_n is not None:
+        return chunk.timings.cache_n
+    candidates: list[Any] = []
+    if chunk.usage is not None:
+        details = (chunk.usage.model_extra or {}).get("prompt_tokens_details")
+        if isinstance(details, dict):
+            candidates.append(details.get("cached_tokens"))
+    if chunk.meta_info is not None:
+        candidates.append(chunk.meta_info.get("cached_tokens"))
+    for v in candidates:
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+            return v
+    return None
 
 
 class _Stream:
@@ -138,6 +160,10 @@ class _Stream:
             if timings is not None and res.completion_tokens is None \
                     and timings.predicted_n is not None:
                 res.completion_tokens = timings.predicted_n
+            if usage is not None or timings is not None or chunk.meta_info is not None:
+                cached = cached_tokens(chunk)
+                if cached is not None:
+                    res.cached_tokens = cached
 
 
 async def _send(session: AsyncSession, url: str, res: LoadResult) -> None:
@@ -165,6 +191,11 @@ async def _send(session: AsyncSession, url: str, res: LoadResult) -> None:
     except asyncio.CancelledError:
         res.reason = "cut"
         raise
+
+
+#: one request sent and streamed into its :class:`LoadResult` (the replay workloads'
+#: sender too, abbench/workload/sessions.py)
+send_request = _send
 
 
 @dataclass
@@ -215,6 +246,37 @@ async def _open(session: AsyncSession, url: str, results: list[LoadResult],
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def until_done(main: asyncio.Future[None], stop: Callable[[], bool], time_left: float,
+                     timeout_says: str) -> str | None:
+    """Wait for ``main`` at most ``time_left`` s, or until ``stop()``: None when it
+    ended, else why it was cancelled; its own exception is raised."""
+
+    async def watch() -> None:
+        while not stop():
+            await asyncio.sleep(0.05)
+
+    watcher = asyncio.ensure_future(watch())
+    done, _ = await asyncio.wait({main, watcher}, timeout=max(time_left, 0.0),
+                                 return_when=asyncio.FIRST_COMPLETED)
+    cut = None
+    if main not in done:
+        cut = "interrupted" if watcher in done else timeout_says
+        main.cancel()
+    watcher.cancel()
+    await asyncio.gather(main, watcher, return_exceptions=True)
+    if main in done and main.exception() is not None:
+        raise main.exception()  # type: ignore[misc]
+    return cut
+
+
+def mark_cut(results: Sequence[LoadResult], cut: str | None) -> None:
+    """Say in each unfinished request's reason that the level or replay was cut."""
+    for res in results:
+        if cut and res.status != "ok":
+            res.reason = f"{res.reason or 'not sent'} ({cut})" if res.t_start is None else \
+                f"cut: {cut}"
+
+
 async def _level(url: str, results: list[LoadResult], *, concurrency: int | None,
                  max_concurrency: int | None, request_timeout: float, time_left: float,
                  stop: Callable[[], bool]) -> tuple[float, str | None]:
@@ -225,22 +287,7 @@ async def _level(url: str, results: list[LoadResult], *, concurrency: int | None
         else:
             main = asyncio.ensure_future(_open(session, url, results, t0, max_concurrency))
 
-        async def watch() -> None:
-            while not stop():
-                await asyncio.sleep(0.05)
-
-        watcher = asyncio.ensure_future(watch())
-        done, _ = await asyncio.wait({main, watcher}, timeout=max(time_left, 0.0),
-                                     return_when=asyncio.FIRST_COMPLETED)
-        cut = None
-        if main not in done:
-            cut = "interrupted" if watcher in done else \
-                "the load workload's timeout ran out"
-            main.cancel()
-        watcher.cancel()
-        await asyncio.gather(main, watcher, return_exceptions=True)
-        if main in done and main.exception() is not None:
-            raise main.exception()  # type: ignore[misc]
+        cut = await until_done(main, stop, time_left, "the load workload's timeout ran out")
     return t0, cut
 
 
@@ -257,10 +304,7 @@ def run_level(base_url: str, path: str, jobs: Sequence[LoadJob], *,
                                  max_concurrency=max_concurrency,
                                  request_timeout=request_timeout, time_left=time_left,
                                  stop=stop))
-    for res in results:
-        if cut and res.status != "ok":
-            res.reason = f"{res.reason or 'not sent'} ({cut})" if res.t_start is None else \
-                f"cut: {cut}"
+    mark_cut(results, cut)
     return LevelRun(results, t0, time.perf_counter() - w0, time.process_time() - c0, cut)
 
 

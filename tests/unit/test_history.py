@@ -302,7 +302,7 @@ def test_stored_examples_keep_models_apart(tmp_path: Path) -> None:
 def test_a_declared_series_joins_arms_of_other_names(results: Path, tmp_path: Path) -> None:
     """``series: main`` in the arms file: run.json carries it, and arms named otherwise in
     other arms files join one series."""
-    from abbench.campaign.runner import arm_meta
+    from abbench.campaign.describe import arm_meta
     from abbench.config.schema import load_config
 
     arms = tmp_path / "arms.yaml"

@@ -16,8 +16,8 @@ from scipy import stats as sps
 
 from abbench.campaign import gather as g
 from abbench.campaign import shards as shards_mod
+from abbench.campaign.describe import order_seed
 from abbench.campaign.environment import host_fingerprint, visible
-from abbench.campaign.runner import order_seed
 from abbench.campaign.shards import (
     FollowState,
     default_shards,
