@@ -110,12 +110,22 @@ def no_server_left(run: Path) -> bool:
 REAL_DIR = Path(__file__).resolve().parent / "real"
 
 
+#: tests that run only when asked for by their marker (``-m sglang``): too long for the
+#: default run's CI budget, each exercising a real part the default run also covers
+OPT_IN = {
+    "sglang": "SGLang end to end (4 lives, 4-7 minutes on 2 cores): run with -m sglang",
+    "vllm_trace": "vLLM prefix caching over a replayed trace (6 vLLM lives, about 19 "
+                  "minutes on 2 cores): run with -m vllm_trace",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The ``real`` marker, by folder: every test under tests/real/. ``sglang`` tests
-    run only when asked for (``-m sglang``): SGLang's 4 lives take 4-7 minutes on 2 cores."""
-    asked = "sglang" in (config.getoption("markexpr", "") or "")
+    """The ``real`` marker, by folder: every test under tests/real/. :data:`OPT_IN`
+    tests run only when their marker is asked for."""
+    expr = config.getoption("markexpr", "") or ""
     for item in items:
         if REAL_DIR in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.real)
-        if item.get_closest_marker("sglang") and not asked:
-            item.add_marker(pytest.mark.skip(reason="SGLang end to end: run with -m sglang"))
+        for marker, reason in OPT_IN.items():
+            if item.get_closest_marker(marker) and marker not in expr:
+                item.add_marker(pytest.mark.skip(reason=reason))

@@ -9,10 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import no_process_left
 from tests.real.test_vllm_e2e import ROOT, _parts
 
 
+@pytest.mark.vllm_trace
 def test_real_vllm_prefix_caching_over_a_shared_prefix_trace(results: Path) -> None:
     parts = _parts()
     r = subprocess.run([sys.executable, "-m", "abbench.cli", "run",
