@@ -60,15 +60,18 @@ from abbench.model.records import (
 )
 from abbench.model.rounds import complete_rounds, read_state
 from abbench.model.schedule import Slot
+from abbench.report.capacity import write_capacity
 from abbench.report.compare import table_of
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.sweep import write_sweep
 from abbench.server.interrupts import handle_signals
+from abbench.server.life import startup_sample, system_fingerprints
 from abbench.server.process import Server, start_server
 from abbench.slot import SlotContext, SlotTask
 from abbench.store.run import Run
 from abbench.version import __version__
+from abbench.workload.capacity import run_capacity
 from abbench.workload.decode import Client, PromptMaker, run_decode
 from abbench.workload.load import level_arrivals, measure_level
 
@@ -283,6 +286,9 @@ class Campaign:
         if write_sweep(records, meta, self.run.path / "sweep.png"):
             table.notes.append("Sweep plot (throughput against TTFT p99 and ITL p50 per "
                                "level, paired intervals): [sweep.png](sweep.png)")
+        if write_capacity(records, meta, self.run.path / "capacity.png"):
+            table.notes.append("Capacity plot (per-user against total output tok/s, every "
+                               "level searched): [capacity.png](capacity.png)")
         md = render_markdown(table)
         self.run.write_text("report.md", md)
         self.run.write_text("report.json", render_json(table))
@@ -384,6 +390,8 @@ class Campaign:
                     self._warmup(slot, arm, server, client, prompts)
                 if workload.load is not None:
                     self._load(ctx, prompts, workload, w_index, base)
+                if workload.capacity is not None:
+                    self._capacity(ctx, prompts, workload, w_index, base)
                 for context in workload.contexts:
                     row = workload.row_name(context)
                     with workload_window(self.tasks, ctx, row):  # collectors' windows
@@ -410,16 +418,22 @@ class Campaign:
 
     def _warmup(self, slot: Slot, arm: ResolvedArm, server: Server, client: Client,
                 prompts: PromptMaker) -> None:
-        for _ in range(self.cfg.warmup):
+        first: float | None = None  # the first request's TTFT (a start-up row)
+        for i in range(self.cfg.warmup):
             self.progress.slot(slot.index, arm.name, slot.round, "warm-up")
             with self.timing.count("requests_s"):
                 try:
                     ids, _nonce = prompts.prompt(64)
-                    client.complete(ids, 8, stop_event=self.stop_event)
+                    r = client.complete(ids, 8, stop_event=self.stop_event)
+                    first = r.ttft if i == 0 else first
                 except RequestError as e:
                     if not server.alive():
                         raise _SlotFailed(f"the server died during warm-up: {e.message}") \
                             from None
+        rec = startup_sample(at(slot), server.ready_at and server.ready_at - server.started_at,
+                             first)
+        if rec is not None:
+            self.record(rec)
 
     def _one_decode(self, slot: Slot, arm: ResolvedArm, server: Server, client: Client,
                     prompts: PromptMaker, workload: Workload, context: int, row: str, rep: int,
@@ -439,7 +453,6 @@ class Campaign:
             raise Interrupted("interrupted")
         self.record(rec)
         _check_after(rec, server, arm)
-
 
     def _load(self, ctx: SlotContext, prompts: PromptMaker, workload: Workload, w_index: int,
               base: At) -> None:
@@ -484,6 +497,19 @@ class Campaign:
                             "metrics": out.metrics, "status": status, **out.detail})
                     self.record(rec)
                     _check_after(rec, ctx.server, ctx.arm)
+
+
+    def _capacity(self, ctx: SlotContext, prompts: PromptMaker, workload: Workload,
+                  w_index: int, base: At) -> None:
+        """A capacity workload: the search's levels stored as they end, then its answer."""
+        assert self.run is not None
+        self.progress.slot(ctx.slot.index, ctx.arm.name, ctx.slot.round, workload.title)
+        with workload_window(self.tasks, ctx, workload.title), self.timing.count("requests_s"):
+            rec = run_capacity(ctx.client, prompts, workload, base=base, run_seed=ctx.run_seed,
+                               w_index=w_index, record=self.record,
+                               record_many=self.run.append_many, stop_event=self.stop_event)
+        self.record(rec)
+        _check_after(rec, ctx.server, ctx.arm)
 
 
 def arm_meta(a: ResolvedArm) -> dict[str, Any]:
@@ -540,17 +566,6 @@ def server_props(client: Client, arm: ResolvedArm) -> dict[str, Any] | None:
         if props is not None:
             break
     return props
-
-
-def system_fingerprints(records: list[Record], slot: int) -> list[str]:
-    """The distinct ``system_fingerprint`` values (vLLM) this slot's responses carried."""
-    out: list[str] = []
-    for r in records:
-        if isinstance(r, WorkloadSample) and r.slot == slot:
-            fp = r.system_fingerprint
-            if fp and fp not in out:
-                out.append(fp)
-    return out
 
 
 def _check_after(rec: WorkloadSample, server: Server, arm: ResolvedArm) -> None:

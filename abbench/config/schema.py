@@ -29,10 +29,12 @@ from pydantic_core import PydanticCustomError
 
 from abbench import registry
 from abbench.config.base import Frozen, endpoint_path
+from abbench.config.capacity import CapacitySpec
 from abbench.config.collectors import CollectorSettings
 from abbench.config.files import ARMS_FILE_MAX, PROMPT_TEXT_MAX, load_yaml, read_text
 from abbench.config.presets import arm_preset, get_preset, with_overrides
 from abbench.config.quality import FingerprintConfig, QualityConfig
+from abbench.config.speculative import SpeculativeConfig
 from abbench.config.stats import StatsConfig, TableConfig
 from abbench.errors import ConfigError, clip, clip_repr
 from abbench.model.rows import RowKey
@@ -463,7 +465,7 @@ class Slo(_Frozen):
 
 
 class Workload(_Frozen):
-    kind: Literal["decode", "load"] = "decode"
+    kind: Literal["decode", "load", "capacity"] = "decode"
     name: str | None = Field(None, description="row name; default 'decode' "
                              "(+ ' + side calls'), or 'load'")
     contexts: list[Context] = Field(default_factory=list, min_length=1)
@@ -473,17 +475,26 @@ class Workload(_Frozen):
     load: LoadSpec | None = Field(None, description="a load workload: concurrency levels "
                                   "or arrival rates (see README, Load workloads)")
     slo: Slo | None = Field(None, description="load only: goodput counts requests meeting it")
+    capacity: CapacitySpec | None = Field(None, description="the highest concurrency or "
+                                          "rate meeting p99 bounds (abbench/config/capacity.py)")
 
     @model_validator(mode="before")
     @classmethod
     def _kind_from_load(cls, data: Any) -> Any:
         if isinstance(data, Mapping) and data.get("load") is not None and "kind" not in data:
             return {**data, "kind": "load"}
+        if isinstance(data, Mapping) and data.get("capacity") is not None and "kind" not in data:
+            return {**data, "kind": "capacity"}
         return data
 
     @model_validator(mode="after")
     def _decode_or_load(self) -> Workload:
-        if self.kind == "load":
+        if self.kind == "capacity" or self.capacity is not None:
+            if self.capacity is None or self.kind != "capacity" or self.load is not None \
+                    or self.contexts or self.side_calls or self.slo is not None:
+                raise ValueError("a capacity workload is capacity: alone (its bounds and "
+                                 "prompt_tokens: go inside it)")
+        elif self.kind == "load":
             if self.load is None:
                 raise ValueError("kind: load needs a load: mapping (concurrency:, ...)")
             if self.contexts or self.side_calls:
@@ -503,6 +514,8 @@ class Workload(_Frozen):
             return self.name
         if self.load is not None:
             return "load"
+        if self.capacity is not None:
+            return "capacity"
         return "decode + side calls" if self.side_calls else "decode"
 
     def row_name(self, context: int) -> str:
@@ -525,12 +538,17 @@ class Workload(_Frozen):
         if self.load is not None:
             return [RowKey(self.load_row(lv), self.load.prompt_tokens, self.load.output_tokens)
                     for lv in self.load.levels()]
+        if self.capacity is not None:
+            return [RowKey(self.title, self.capacity.prompt_tokens,
+                           self.capacity.output_tokens)]
         return [self.row_key(c) for c in self.contexts]
 
 
 def _describe(w: Workload) -> str:
     if w.load is not None:
         return f"{w.title!r}: " + ", ".join(lv.label for lv in w.load.levels())
+    if w.capacity is not None:
+        return f"{w.title!r}: capacity search"
     ctx = ", ".join(format_context(c) for c in w.contexts)
     return f"{w.title!r}: contexts {ctx}, decode_tokens {w.decode_tokens}"
 
@@ -568,6 +586,9 @@ class Config(_Frozen):
     quality: QualityConfig | None = Field(None, description="quality checks (abbench/quality)")
     fingerprints: FingerprintConfig | None = Field(
         None, description="greedy-output fingerprints of prompt sets (abbench/quality)")
+    speculative: SpeculativeConfig | None = Field(
+        None, description="speculative-decoding acceptance per prompt set "
+        "(abbench/quality/speculative.py)")
 
     # Set by load_config: where the file was, for relative paths and messages.
     source: str | None = Field(None, exclude=True)

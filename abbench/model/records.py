@@ -294,6 +294,21 @@ class LoadRequest(_Record):
     tokens_per_chunk: str | None = None
 
 
+class CapacityLevel(_Record):
+    """One level a capacity search probed in one server life: its load metrics and
+    whether it met the bounds (the search's sample holds the answer)."""
+
+    tag = "capacity_level"
+    type: Literal["capacity_level"] = "capacity_level"
+    workload: str
+    step: int = 0
+    concurrency: int | None = None
+    rate: Number | None = None
+    meets: bool = False
+    why: str | None = None
+    metrics: dict[str, Number | None] = Field(default_factory=dict)
+
+
 class SystemFingerprintRecord(_Record):
     """The distinct ``system_fingerprint`` values (vLLM) of one server life."""
 
@@ -316,7 +331,7 @@ class OtherRecord(Stored):
 _KINDS: tuple[type[Stored], ...] = (
     SlotRecord, DecodeSample, LoadSample, CollectorSample, QualitySample, DriftRecord,
     CountersRecord, FlushRecord, FingerprintOutput, FingerprintRecord, QualityItemRecord,
-    QualityCommand, LoadRequest, SystemFingerprintRecord)
+    QualityCommand, LoadRequest, SystemFingerprintRecord, CapacityLevel)
 _TYPES = {k.model_fields["type"].default for k in _KINDS}
 
 
@@ -351,6 +366,7 @@ Record = Annotated[
         Annotated[QualityCommand, Tag("quality_command")],
         Annotated[LoadRequest, Tag("load_request")],
         Annotated[SystemFingerprintRecord, Tag("system_fingerprint")],
+        Annotated[CapacityLevel, Tag("capacity_level")],
         Annotated[OtherRecord, Tag("other")],
     ],
     Discriminator(_kind),

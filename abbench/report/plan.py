@@ -52,6 +52,14 @@ def describe_plan(cfg: Config, schedule: list[Slot], seed: int, *,
             per_life += cfg.reps * sum(w.load.warmup_for(lv) + w.load.requests
                                        for lv in w.load.levels())
             continue
+        if w.capacity is not None:
+            c = w.capacity
+            what = "concurrency" if c.concurrency is not None else "rate"
+            lo, hi = c.range
+            lines.append(f"  {w.title}: highest {what} in [{lo:g}, {hi:g}] meeting "
+                         + ", ".join(f"{k[5:]} <= {v:g}" for k, v in c.bounds().items())
+                         + f" (resolution {c.resolution:g}, at most {c.max_levels} levels)")
+            continue
         ctx = ", ".join(format_context(c) for c in w.contexts)
         side = ""
         if w.side_calls:
