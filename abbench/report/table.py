@@ -24,6 +24,7 @@ from abbench.model.rows import SERVER_ROW, RowKey
 from abbench.report import quality
 from abbench.report.hosts import flag_notes, hosts_line, mixed_note, per_host_lines
 from abbench.report.notes import collector_notes, run_notes, side_call_notes
+from abbench.report.speculative import acceptance_notes
 from abbench.stats.blocks import compare_blocks, round_hosts
 from abbench.stats.paired import Comparison, adjust, compare
 
@@ -135,6 +136,7 @@ def build_table(records: list[Record], meta: dict[str, Any], *,
     table.notes += collector_notes(records)  # unavailable metrics, drift signals
     table.notes += run_notes(meta)  # how --until-ci chose the rounds
     table.notes += side_call_notes(records, meta)
+    table.notes += acceptance_notes(records, labels)
     table.quality = quality.summarize(records, arms, base, alpha=settings.alpha)
     if hosts:
         line = hosts_line(meta)

@@ -49,6 +49,9 @@ class Timings(_Wire):
     predicted_ms: Rate | None = None
     prompt_per_second: Rate | None = None
     predicted_per_second: Rate | None = None
+    #: speculative decoding (sent only when the request drafted)
+    draft_n: Count | None = None
+    draft_n_accepted: Count | None = None
 
 
 class Delta(_Wire):
