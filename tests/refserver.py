@@ -535,6 +535,13 @@ def main(argv: list[str] | None = None) -> int:
     srv = ThreadingHTTPServer((args.host, args.port), Handler)
     srv.daemon_threads = True
     print(f"refserver: listening on {args.host}:{args.port} (pid {os.getpid()})", flush=True)
+    if args.startup and args.fault != "never-ready":  # a real server logs when it is ready
+        def say_ready() -> None:
+            left = args.startup - (time.monotonic() - Handler.state.started)
+            time.sleep(max(left, 0.0))
+            print(f"refserver: ready at {Handler.state.started + args.startup:.6f} "
+                  "(monotonic)", flush=True)
+        threading.Thread(target=say_ready, daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):
         srv.serve_forever(poll_interval=0.05)
     return 0

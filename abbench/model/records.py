@@ -193,6 +193,15 @@ class CollectorSample(Sample):
     spec: dict[str, object] | None = None
 
 
+class StartupSample(Sample):
+    """A server life's start-up (row ``server``): start to ready, and the first
+    request's TTFT. Its own type, so that readers of ``sample`` records see none."""
+
+    tag = "startup"
+    type: Literal["startup"] = "startup"  # type: ignore[assignment]
+    workload: str = "server"
+
+
 class QualitySample(Sample):
     """A quality check's score in one server life (suite or command)."""
 
@@ -331,7 +340,7 @@ class OtherRecord(Stored):
 _KINDS: tuple[type[Stored], ...] = (
     SlotRecord, DecodeSample, LoadSample, CollectorSample, QualitySample, DriftRecord,
     CountersRecord, FlushRecord, FingerprintOutput, FingerprintRecord, QualityItemRecord,
-    QualityCommand, LoadRequest, SystemFingerprintRecord, CapacityLevel)
+    QualityCommand, LoadRequest, SystemFingerprintRecord, CapacityLevel, StartupSample)
 _TYPES = {k.model_fields["type"].default for k in _KINDS}
 
 
@@ -367,6 +376,7 @@ Record = Annotated[
         Annotated[LoadRequest, Tag("load_request")],
         Annotated[SystemFingerprintRecord, Tag("system_fingerprint")],
         Annotated[CapacityLevel, Tag("capacity_level")],
+        Annotated[StartupSample, Tag("startup")],
         Annotated[OtherRecord, Tag("other")],
     ],
     Discriminator(_kind),

@@ -3,12 +3,12 @@ and the first request's TTFT) as a row, and the system fingerprints its answers 
 
 from __future__ import annotations
 
-from abbench.model.records import At, CollectorSample, Record, WorkloadSample
+from abbench.model.records import At, Record, StartupSample, WorkloadSample
 from abbench.model.rows import SERVER_ROW
 
 
 def startup_sample(base: At, ready_s: float | None,
-                   first_ttft_s: float | None) -> CollectorSample | None:
+                   first_ttft_s: float | None) -> StartupSample | None:
     """The server life's startup sample (row ``server``): ``startup_s`` from the start
     command to the readiness path's first 200, ``first_ttft_ms`` the first request's
     time to first token (the first warm-up request: what a user after a restart
@@ -20,9 +20,9 @@ def startup_sample(base: At, ready_s: float | None,
         metrics["first_ttft_ms"] = first_ttft_s * 1e3
     if not metrics:
         return None
-    return CollectorSample.model_validate({
-        **base, "type": "sample", "workload": SERVER_ROW, "collector": "startup",
-        "window": "server", "valid": True, "status": "ok", "metrics": metrics})
+    return StartupSample.model_validate({
+        **base, "type": "startup", "workload": SERVER_ROW, "valid": True, "status": "ok",
+        "metrics": metrics})
 
 
 def system_fingerprints(records: list[Record], slot: int) -> list[str]:
