@@ -10,9 +10,11 @@ whole stream in one read (a burst). Parsers:
 
 - untyped: json.loads per event and dict lookups, no validation (the load client's
   parser before the typed one);
-- typed, per event: pydantic ``Chunk.model_validate_json`` per event (as shipped before);
-- typed, per read (shipped): the events of one read validated as one JSON array, the
-  per-event parse (same checks, same messages) when that array fails.
+- typed, kept, per event (before): pydantic ``Chunk.model_validate_json`` per event,
+  every unknown field kept on the model (``extra="allow"``), as shipped before;
+- typed, per event: the same, unknown fields checked but not kept;
+- typed, per read (shipped): those models, the events of one read validated as one
+  JSON array; the per-event parse (same checks, same messages) when that array fails.
 
 CPU is process time, the minimum of 15 repeats, every parser in turn within each
 repeat (a shared machine's load hits all alike). Goal: the typed parse at most 8 µs
@@ -32,6 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from pydantic import ConfigDict  # noqa: E402
 
 from abbench.campaign.environment import cpu_model  # noqa: E402
 from abbench.workload import wire  # noqa: E402
@@ -95,7 +99,22 @@ def run(parser: str, reads: list[bytes]) -> None:
         s.feed(data, 1.0)
 
 
-PARSERS = ("untyped", "typed, per event", "typed, per read (shipped)")
+PARSERS = ("untyped", "typed, kept, per event (before)", "typed, per event",
+           "typed, per read (shipped)")
+_KEEP = ConfigDict(extra="allow", strict=True, allow_inf_nan=False, frozen=True)
+
+
+class KeptChoice(wire.Choice):
+    model_config = _KEEP
+
+
+class KeptChunk(wire.Chunk):
+    model_config = _KEEP
+    choices: list[KeptChoice] | None = None  # type: ignore[assignment]
+
+
+def one_by_one(ps: list[bytes], first: int) -> list[wire.Chunk]:
+    return [wire.parse(wire.Chunk, x, f"stream chunk {first + i}") for i, x in enumerate(ps)]
 
 
 def measure(reads: list[bytes], reps: int) -> dict[str, float]:
@@ -103,15 +122,16 @@ def measure(reads: list[bytes], reps: int) -> dict[str, float]:
     many: Callable[[list[bytes], int], list[wire.Chunk]] = wire._parse_many
     for _ in range(reps):
         for p in PARSERS:
-            if p == "typed, per event":  # the per-event parse, as shipped before
-                wire._parse_many = lambda ps, first: [  # type: ignore[assignment]
-                    wire.parse(wire.Chunk, x, f"stream chunk {first + i}")
-                    for i, x in enumerate(ps)]
+            chunk = wire.Chunk
+            if "per event" in p:
+                wire._parse_many = one_by_one  # type: ignore[assignment]
+            if "kept" in p:
+                wire.Chunk = KeptChunk  # type: ignore[misc]
             t0 = time.process_time()
             for _ in range(20):
                 run("untyped" if p == "untyped" else "typed", reads)
             best[p] = min(best[p], (time.process_time() - t0) / 20 / N * 1e6)
-            wire._parse_many = many  # type: ignore[assignment]
+            wire._parse_many, wire.Chunk = many, chunk  # type: ignore[assignment, misc]
     return best
 
 
@@ -132,7 +152,7 @@ def main() -> int:
     head = (f"SSE parse, {dt.date.today()}, {cpu_model()}, Python "
             f"{platform.python_version()}: `python benchmarks/parse_bench.py`; CPU µs per "
             f"token (streams of {N} one-token chunks), minimum of {args.reps} repeats.\n\n"
-            "| server shape | reads | " + " | ".join(PARSERS) + " |\n|---|---|---|---|---|")
+            "| server shape | reads | " + " | ".join(PARSERS) + " |\n|---|---|---|---|---|---|")
     text = head + "\n" + "\n".join(rows) + "\n"
     print(text)
     if args.out:

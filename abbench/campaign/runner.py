@@ -147,6 +147,7 @@ class Campaign:
                                   hint="abbench run builds it first; this is a bug")
         self.stop_event = threading.Event()
         self.timing = Timing()
+        self.first_ttft: dict[int, float | None] = {}  # slot -> its first request's TTFT
         self.run: Run | None = None
         self.failed = 0
 
@@ -352,11 +353,12 @@ class Campaign:
                 more["ready_s"] = server.ready_at - server.started_at
             if status == "failed" and server is not None:
                 more["log_tail"] = server.log_tail(10)
+            up = startup_sample(base, more.get("ready_s"), self.first_ttft.pop(slot.index, None))
             with contextlib.suppress(StoreError):
-                self.record(SlotRecord(
+                self.run.append_many([*([up] if up else []), SlotRecord(
                     **base, status=status, reason=reason, t_start=t_start, t_end=time.time(),
                     exit_code=code, log=str(self.run.log_path(arm.name, slot.round)
-                                            .relative_to(self.run.path)), **more))
+                                            .relative_to(self.run.path)), **more)])
 
     def serve(self, slot: Slot, arm: ResolvedArm, server: Server, base: At) -> None:
         """Everything done with one ready server."""
@@ -430,10 +432,7 @@ class Campaign:
                     if not server.alive():
                         raise _SlotFailed(f"the server died during warm-up: {e.message}") \
                             from None
-        rec = startup_sample(at(slot), server.ready_at and server.ready_at - server.started_at,
-                             first)
-        if rec is not None:
-            self.record(rec)
+        self.first_ttft[slot.index] = first  # stored with the slot record (one fsync)
 
     def _one_decode(self, slot: Slot, arm: ResolvedArm, server: Server, client: Client,
                     prompts: PromptMaker, workload: Workload, context: int, row: str, rep: int,

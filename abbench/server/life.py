@@ -7,14 +7,14 @@ from abbench.model.records import At, Record, StartupSample, WorkloadSample
 from abbench.model.rows import SERVER_ROW
 
 
-def startup_sample(base: At, ready_s: float | None,
+def startup_sample(base: At, ready_s: object,
                    first_ttft_s: float | None) -> StartupSample | None:
     """The server life's startup sample (row ``server``): ``startup_s`` from the start
     command to the readiness path's first 200, ``first_ttft_ms`` the first request's
     time to first token (the first warm-up request: what a user after a restart
     waits); None when neither was measured."""
     metrics: dict[str, float] = {}
-    if ready_s is not None:
+    if isinstance(ready_s, float):
         metrics["startup_s"] = ready_s
     if first_ttft_s is not None:
         metrics["first_ttft_ms"] = first_ttft_s * 1e3
