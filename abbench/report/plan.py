@@ -83,6 +83,12 @@ def describe_plan(cfg: Config, schedule: list[Slot], seed: int, *,
         tokens = f.max_tokens or "the set file's (or 32)"
         lines.append(f"fingerprints: {sets_text}; cold pass after each start{warm}, "
                      f"{tokens} tokens per prompt")
+    if cfg.speculative:
+        sp = cfg.speculative
+        which = f"the first {sp.prompts}" if sp.prompts else "all"
+        length = sp.max_tokens or "the set file's (or 32)"
+        lines.append("speculative decoding: " + ", ".join(r.name or str(r.path) for r in sp.sets)
+                     + f"; {which} prompts of each, {length} tokens, after the workloads")
     total = per_life + cfg.warmup
     lines.append(f"workload requests: {total} per server life ({cfg.warmup} warm-up), "
                  f"{total * len(schedule)} in all over {len(schedule)} server lives")
