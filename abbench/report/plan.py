@@ -57,6 +57,14 @@ def describe_plan(cfg: Config, schedule: list[Slot], seed: int, *,
             per_life += cfg.reps * sum(w.load.warmup_for(lv) + w.load.requests
                                        for lv in w.load.levels())
             continue
+        if w.capacity is not None:
+            c = w.capacity
+            what = "concurrency" if c.concurrency is not None else "rate"
+            lo, hi = c.range
+            lines.append(f"  {w.title}: highest {what} in [{lo:g}, {hi:g}] meeting "
+                         + ", ".join(f"{k[5:]} <= {v:g}" for k, v in c.bounds().items())
+                         + f" (resolution {c.resolution:g}, at most {c.max_levels} levels)")
+            continue
         ctx = ", ".join(format_context(c) for c in w.contexts)
         side = ""
         if w.side_calls:
@@ -80,6 +88,12 @@ def describe_plan(cfg: Config, schedule: list[Slot], seed: int, *,
         tokens = f.max_tokens or "the set file's (or 32)"
         lines.append(f"fingerprints: {sets_text}; cold pass after each start{warm}, "
                      f"{tokens} tokens per prompt")
+    if cfg.speculative:
+        sp = cfg.speculative
+        which = f"the first {sp.prompts}" if sp.prompts else "all"
+        length = sp.max_tokens or "the set file's (or 32)"
+        lines.append("speculative decoding: " + ", ".join(r.name or str(r.path) for r in sp.sets)
+                     + f"; {which} prompts of each, {length} tokens, after the workloads")
     total = per_life + cfg.warmup
     lines.append(f"workload requests: {total} per server life ({cfg.warmup} warm-up), "
                  f"{total * len(schedule)} in all over {len(schedule)} server lives")

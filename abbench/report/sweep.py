@@ -77,17 +77,26 @@ def sweep_points(records: list[Record], meta: dict[str, Any]
     return {t: v for t, v in out.items() if v}
 
 
-def write_sweep(records: list[Record], meta: dict[str, Any], path: Path) -> bool:
-    """Draw ``path`` (PNG or SVG) when the run has load rows; False when it has none."""
-    data = sweep_points(records, meta)
-    if not data:
-        return False
+def pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files (imported only when a plot is drawn)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = {a["name"]: a.get("label") or a["name"] for a in meta["arms"]}
+    return plt
+
+
+def arm_labels(meta: dict[str, Any]) -> dict[str, str]:
+    return {a["name"]: a.get("label") or a["name"] for a in meta["arms"]}
+
+
+def write_sweep(records: list[Record], meta: dict[str, Any], path: Path) -> bool:
+    """Draw ``path`` (PNG or SVG) when the run has load rows; False when it has none."""
+    data = sweep_points(records, meta)
+    if not data:
+        return False
+    plt, labels = pyplot(), arm_labels(meta)
     fig, axes = plt.subplots(len(data), len(Y_METRICS), figsize=(11, 4.2 * len(data)),
                              squeeze=False)
     for i, (title, per_arm) in enumerate(data.items()):
@@ -116,8 +125,13 @@ def write_sweep(records: list[Record], meta: dict[str, Any], path: Path) -> bool
             ax.set_title(f"{title}: throughput against {ylabel.split(' (')[0]}")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-    fig.suptitle(f"abbench run {meta.get('id', '')}: other arms at the baseline x (1 + paired "
-                 "change), bars: its paired interval (cut at 3x the largest point)", fontsize=9)
+    return save(plt, fig, path, f"abbench run {meta.get('id', '')}: other arms at the baseline "
+                "x (1 + paired change), bars: its paired interval (cut at 3x the largest point)")
+
+
+def save(plt: Any, fig: Any, path: Path, title: str) -> bool:
+    """Title, lay out, write and close ``fig``."""
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

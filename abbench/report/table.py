@@ -33,6 +33,7 @@ from abbench.report.notes import (
     side_call_notes,
 )
 from abbench.report.selection import pick_rows
+from abbench.report.speculative import acceptance_notes
 from abbench.report.tablemodel import Cell, Note, Row, Table
 from abbench.stats.blocks import round_hosts
 from abbench.stats.cells import adjust_cells, compare_cell
@@ -110,6 +111,7 @@ def compute_table(records: list[Record], meta: dict[str, Any], *,
     table.notes += collector_notes(records)  # unavailable metrics, drift signals
     table.notes += run_notes(meta)  # how --until-ci chose the rounds
     table.notes += side_call_notes(records, meta)
+    table.notes += acceptance_notes(records)
     table.quality = quality.summarize(records, arms, base, alpha=settings.alpha)
     if hosts:
         line = hosts_note(meta)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import random
 import signal
@@ -149,6 +150,45 @@ def tail(path: Path, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
+#: after the server's log grew: poll this often ...
+FAST_POLL_S = 0.01
+#: ... for this long
+FAST_FOR_S = 1.0
+#: how often the log's size is looked at between polls
+LOG_CHECK_S = 0.002
+
+
+class LogWatch:
+    """When to poll next: the server's log growing says something happened."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.size = self._size()
+        self.grew_at = -math.inf
+
+    def _size(self) -> int:
+        try:
+            return os.stat(self.path).st_size
+        except OSError:
+            return 0
+
+    def nap(self, interval: float) -> None:
+        """Sleep until the next poll: ``interval``, or :data:`FAST_POLL_S` within
+        :data:`FAST_FOR_S` of the log's last growth; at once when it grows now."""
+        now = time.perf_counter()
+        fast = now - self.grew_at < FAST_FOR_S
+        end = now + (min(interval, FAST_POLL_S) if fast else interval)
+        while True:
+            size = self._size()
+            if size != self.size:
+                self.size, self.grew_at = size, time.perf_counter()
+                return
+            left = end - time.perf_counter()
+            if left <= 0:
+                return
+            time.sleep(min(LOG_CHECK_S, left))
+
+
 @dataclass
 class Server:
     """A started server: its process group, address, log file and timing."""
@@ -199,11 +239,17 @@ class Server:
         return redact(tail(self.log_path, lines))
 
     def wait_ready(self, should_stop: Callable[[], bool] = lambda: False) -> float:
-        """Poll the readiness path until 200; return seconds from start to ready."""
+        """Poll the readiness path until 200; return seconds from start to ready.
+
+        The readiness path is the truth; the server's log says when to ask: every
+        ``ready.interval`` while the log is quiet, at once when it grows (servers log
+        as they finish loading) and every :data:`FAST_POLL_S` for
+        :data:`FAST_FOR_S` after (docs/ready-bench.md)."""
         ready = self.arm.ready
         path = ready.path or "/health"
         deadline = self.started_at + ready.timeout
         poll = Transport(self.base_url, resend=False)  # each poll is its own retry
+        watch = LogWatch(self.log_path)
         t_prev_ask: float | None = None
         try:
             while True:
@@ -243,7 +289,7 @@ class Server:
                         log_tail=self.log_tail(),
                         hint="raise ready.timeout for slow starts (vLLM/SGLang compile for "
                              f"minutes), or check ready.path; log: {self.log_path}")
-                time.sleep(ready.interval)
+                watch.nap(ready.interval)
         finally:
             poll.close()
 

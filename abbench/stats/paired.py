@@ -386,6 +386,9 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     # exact: every round the same log-ratio (the mean of n equal floats need not be
     # that float, so the sd of d is no test of it)
     exact = kind == "deterministic" and n >= 2 and bool(np.all(d == d[0]))
+    # a sampled metric's rounds that agree to the last bits of a float (a discrete one:
+    # log(5/4) computed from per-round logs differs by 1e-17 between rounds)
+    agree = not exact and n >= 2 and bool(np.all(np.abs(d - d[0]) <= 1e-12))
     if exact:
         m0 = float(d[0])
         t = TResult(m0, 0.0, m0, m0, 1.0 if m0 == 0 else 0.0)
@@ -396,8 +399,8 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     if exact:
         beyond = abs(printed_change(math.expm1(t.mean))) > round(noise_band * 100, 1) / 100
         p_band = 0.0 if beyond else 1.0
-    elif n >= 2 and t.sd == 0:  # a sampled metric whose rounds agree: no noise seen
-        p_band = 1.0
+    elif agree:  # a sampled metric whose rounds agree (a discrete one)
+        p_band = sign_p_band(float(d[0]), n, hi_edge, lo_edge)
     else:
         p_band = p_beyond_band(t.mean, t.sd, n, hi_edge, lo_edge)
     test = "exact (every round the same log-ratio)" if exact else "paired t on log-ratios"
@@ -411,7 +414,8 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
             warnings.append("outlier rounds in d: the Hodges-Lehmann interval "
                             f"[{_frac(w.lo) * 100:+.1f}%, {_frac(w.hi) * 100:+.1f}%] reaches "
                             "into the band while the t test clears it")
-    elif exact or (t.sd > 0 and t.lo >= lo_edge and t.hi <= hi_edge):
+    elif exact or (agree and 2.0 ** (1 - n) < alpha) \
+            or (not agree and t.sd > 0 and t.lo >= lo_edge and t.hi <= hi_edge):
         verdict = "within_noise"
     else:
         verdict = "inconclusive"
@@ -435,6 +439,17 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
         comparisons=1, outliers=outl, cv=cvs, drift=drifts, warnings=tuple(warnings),
         kind=kind, bimodal=bimodal)
     return c
+
+
+def sign_p_band(d: float, n: int, hi_edge: float, lo_edge: float) -> float:
+    """The sign test's p of "beyond the band" when all ``n`` rounds gave the log-ratio
+    ``d`` (a discrete sampled metric, such as a capacity level): under a true change
+    inside the band, each round lands beyond one edge with probability at most 1/2, so
+    ``n`` rounds all beyond it have probability at most 2^-n, for either edge: 2^(1-n).
+    Two rounds that agree decide nothing (p 1: a bound of 0.5 would only enlarge the
+    families of :func:`adjust` for nothing); six that agree, at alpha 5%, do."""
+    p = 2.0 ** (1 - n)
+    return p if (d > hi_edge or d < lo_edge) and p < 0.5 else 1.0
 
 
 def _bimodal(logs: Sequence[np.ndarray]) -> float | None:

@@ -245,12 +245,20 @@ class Client:
 
     def complete(self, prompt: list[int] | str, max_tokens: int, *, exact: bool = True,
                  timeout: float | None = None, stop_event: threading.Event | None = None,
-                 on_first: Callable[[], None] | None = None) -> StreamResult:
+                 on_first: Callable[[], None] | None = None,
+                 messages: list[dict[str, str]] | None = None,
+                 path: str | None = None) -> StreamResult:
+        """One streamed completion of ``prompt``, or of chat ``messages`` sent to
+        ``path`` (a chat endpoint)."""
         body = self.request_body(prompt, max_tokens, exact=exact)
+        if messages is not None:
+            body.pop("prompt")
+            body["messages"] = messages
         timeout = timeout or self.arm.request_timeout
         result = StreamResult(t_send=time.perf_counter())
         try:
-            with self.http.stream(self.arm.completions_path, body, timeout=timeout) as s:
+            with self.http.stream(path or self.arm.completions_path, body,
+                                  timeout=timeout) as s:
                 if s.status != 200:
                     raise RequestError(f"HTTP {s.status}: {s.excerpt()}")
                 deadline = result.t_send + timeout

@@ -142,8 +142,8 @@ class _Stream:
             usage = chunk.usage
             if any(choice.content for choice in chunk.choices or ()):
                 res.chunk_t.append(now)
-                toks = (chunk.model_extra or {}).get("tokens")
-                if isinstance(toks, list):
+                toks = chunk.tokens
+                if toks is not None:
                     res.reported.append(len(toks))
                 elif usage is not None and usage.completion_tokens is not None:
                     # vLLM's continuous usage stats

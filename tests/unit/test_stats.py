@@ -372,3 +372,20 @@ def test_rounds_to_decide_is_a_probability_and_names_bimodal_noise() -> None:
     text = more_rounds(c)
     assert text.startswith(("about", "needs >")) and ("(80%" in text or "needs >" in text)
     assert "bimodal" in more_rounds(replace(c, bimodal=0.086))
+
+
+def test_a_discrete_sampled_metric_whose_rounds_agree_is_decided_by_the_sign_test() -> None:
+    """A capacity level (sampled, discrete) 4 against 5 in every round: two rounds decide
+    nothing (p 1), six do (p 2^-5); a level equal in every round is not 'changed'."""
+    from abbench.stats.paired import compare, sign_p_band
+
+    two = compare({0: 4.0, 1: 4.0}, {0: 5.0, 1: 5.0}, direction="higher", alpha=0.05,
+                  noise_band=0.01, kind="sampled")
+    six = compare({r: 4.0 for r in range(6)}, {r: 5.0 for r in range(6)}, direction="higher",
+                  alpha=0.05, noise_band=0.01, kind="sampled")
+    same = compare({r: 4.0 for r in range(6)}, {r: 4.0 for r in range(6)},
+                   direction="higher", alpha=0.05, noise_band=0.01, kind="sampled")
+    assert two is not None and two.verdict == "inconclusive" and two.p == 1.0
+    assert six is not None and six.verdict == "changed" and six.p == 2.0 ** -5 and six.better
+    assert same is not None and same.verdict != "changed" and not same.exact
+    assert sign_p_band(0.005, 10, 0.00995, -0.01005) == 1.0  # inside the band: no claim
