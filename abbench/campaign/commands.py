@@ -163,7 +163,9 @@ def validate(arms_files: list[Path], *, rounds: int | None, seed: int | None) ->
             schedule, drawn = plan(checked.cfg, rounds=rounds, seed=seed)
             out.stdout += describe_plan(checked.cfg, schedule, drawn, rounds=rounds,
                                         warnings=checked.warnings,
-                                        sets=checked.set_sources()) + "\n"
+                                        sets=checked.set_sources(),
+                                        seed_drawn=seed is None and checked.cfg.seed is None
+                                        ) + "\n"
             out.stdout += describe_pins(checked.cfg)
         except AbbenchError as e:
             out.stderr.append(f"Error: {e}")

@@ -27,6 +27,7 @@ from abbench.campaign.preflight import check_config
 from abbench.campaign.progress import Progress, SilentProgress
 from abbench.campaign.until_ci import planned_and_more
 from abbench.collectors.tasks import workload_window
+from abbench.config.foresight import model_files
 from abbench.config.plan import plan
 from abbench.config.presets import arm_preset
 from abbench.config.schema import (
@@ -60,7 +61,7 @@ from abbench.model.records import (
 )
 from abbench.model.rounds import complete_rounds, read_state
 from abbench.model.schedule import Slot
-from abbench.report.compare import table_of
+from abbench.report.compare import stored_config, table_of
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.sweep import write_sweep
@@ -166,6 +167,7 @@ class Campaign:
             "seed": seed,
             "schedule": [[s.round, s.position, s.arm] for s in schedule],
             "environment": environment(),
+            "models": model_files(self.cfg),
             "servers": {},
             "warnings": self.warnings,
             "pid": os.getpid(),
@@ -279,7 +281,7 @@ class Campaign:
     def write_report(self, meta: dict[str, Any]) -> str:
         assert self.run is not None
         records = self.run.records()
-        table = table_of(records, meta)
+        table = table_of(records, meta, config=stored_config(self.run.path))
         if write_sweep(records, meta, self.run.path / "sweep.png"):
             table.notes.append("Sweep plot (throughput against TTFT p99 and ITL p50 per "
                                "level, paired intervals): [sweep.png](sweep.png)")

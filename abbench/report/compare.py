@@ -6,12 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+
 from abbench.errors import ConfigError, StoreError
 from abbench.model.records import Record, Sample
 from abbench.model.rounds import comparable_records
 from abbench.report.formats import render_csv, render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.notes import fault_notes, load_notes
+from abbench.report.setup import run_setup
 from abbench.report.table import Table, build_table
 from abbench.store.run import Run, open_run
 
@@ -25,12 +28,15 @@ def render(table: Table, fmt: Format) -> str:
 
 
 def table_of(records: list[Record], meta: dict[str, Any], *,
-             baseline: str | None = None, rows: Literal["table", "all"] = "table") -> Table:
+             baseline: str | None = None, rows: Literal["table", "all"] = "table",
+             config: dict[str, Any] | None = None) -> Table:
     """The table of a run's records, as the run itself renders it: Pinpoint's rule
     leaves a round with a failed (arm, round) pair out of the comparison whole, and
-    the notes say which pair failed and why."""
+    the notes say which pair failed and why. ``config``: the stored config.yaml, for
+    the setup line and each arm's differences from the baseline."""
     kept = comparable_records(records, meta)
     table = build_table(kept, meta, baseline=baseline, rows=rows)
+    table.setup = run_setup(meta, config, table.baseline)
     table.notes.extend(fault_notes(records, meta))
     table.notes.extend(load_notes(kept))
     return table
@@ -39,7 +45,18 @@ def table_of(records: list[Record], meta: dict[str, Any], *,
 def run_table(run: Run, *, baseline: str | None = None, problems: list[str] | None = None,
               rows: Literal["table", "all"] = "table") -> Table:
     """A stored run's table, computed again from its samples."""
-    return table_of(run.records(problems), run.meta(), baseline=baseline, rows=rows)
+    return table_of(run.records(problems), run.meta(), baseline=baseline, rows=rows,
+                    config=stored_config(run.path))
+
+
+def stored_config(folder: Path) -> dict[str, Any] | None:
+    """A run folder's config.yaml, or None when it is missing or unreadable (the
+    table is then shown without the arms' differences)."""
+    try:
+        data = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def parse_run_arm(ref: str, results: Path) -> tuple[Run, str | None]:

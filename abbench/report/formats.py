@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict
 
 from abbench.report import quality_text
+from abbench.report.setup import summary_of
 from abbench.report.table import Table
 from abbench.stats.paired import as_json
 
@@ -44,6 +45,8 @@ def render_json(table: Table) -> str:
         "failed": [{"arm": f.arm, "round": f.round, "reason": f.reason}
                    for f in table.failed_slots],
         "footer": table.footer,
+        "setup": asdict(table.setup) if table.setup is not None else None,
+        "summary": summary_of(table),
         "quality": quality_text.to_json(table.quality),
     }
     return json.dumps(out, indent=2, default=str) + "\n"

@@ -4,6 +4,7 @@ notes, quality section and per-row statistics."""
 from __future__ import annotations
 
 from abbench.report import quality_text
+from abbench.report.setup import render_setup, render_summary
 from abbench.report.table import Row, Table
 from abbench.report.text import fmt_values, md_escape
 from abbench.report.verdicts import (
@@ -29,13 +30,18 @@ def render_cell(row: Row, arm: str) -> str:
 
 def render_markdown(table: Table) -> str:
     lines = [table.header, ""]
+    if table.setup is not None:
+        lines += [*render_setup(table.setup), ""]
     heads = [md_escape(table.labels[a]) for a in table.arms]
     lines.append("| | " + " | ".join(heads) + " |")
-    lines.append("|---" * (len(heads) + 1) + "|")
+    lines.append("|---|" + "---:|" * len(heads))  # numbers right-aligned
     for row in table.rows:
         cells = [render_cell(row, a) for a in table.arms]
         lines.append(f"| {md_escape(row.label)} | " + " | ".join(cells) + " |")
     lines.append("")
+    summary = render_summary(table)
+    if summary:
+        lines += [*summary, ""]
     extra = also_changed(table)
     if extra:
         lines += [extra, ""]
@@ -54,7 +60,7 @@ def render_markdown(table: Table) -> str:
     details = details_lines(table)
     if details:
         lines += ["", "<details><summary>Statistics per row</summary>", "", *details, "",
-                  "</details>"]
+                  "</details>", ""]  # CommonMark: raw HTML runs on to the next blank line
     for n in table.notes:
         lines.append(n)
     return "\n".join(lines).rstrip() + "\n"

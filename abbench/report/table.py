@@ -12,7 +12,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from abbench.config.schema import format_context
 from abbench.config.stats import StatsConfig, TableConfig
@@ -27,6 +27,8 @@ from abbench.report.notes import collector_notes, run_notes, side_call_notes
 from abbench.stats.blocks import compare_blocks, round_hosts
 from abbench.stats.paired import Comparison, adjust, compare
 
+if TYPE_CHECKING:
+    from abbench.report.setup import RunSetup
 
 @dataclass
 class Cell:
@@ -79,6 +81,8 @@ class Table:
     failed_slots: list[SlotRecord] = field(default_factory=list)
     invalid: dict[str, int] = field(default_factory=dict)
     quality: quality.QualitySummary | None = None
+    #: what was compared (report/setup.py): set where the stored config is at hand
+    setup: RunSetup | None = None
 
 
 def build_table(records: list[Record], meta: dict[str, Any], *,

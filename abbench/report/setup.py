@@ -1,0 +1,218 @@
+"""What was compared, said with the table: the setup line (server, model, machine,
+rounds, order, seed), each arm's differences from the baseline (flags, environment,
+commit), as compare-llama-bench adds every differing parameter, and a one-line
+summary of what changed. Data here (frozen), rendered by :func:`render_setup` and
+:func:`render_summary`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+from abbench.report.table import Table
+from abbench.report.text import md_escape
+
+#: start-command flags every arm has with its own value (not a difference)
+_PER_LIFE = {"--port", "--host"}
+_NUMBER = re.compile(r"-?\d+(\.\d+)?")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The run's setup, one line under the header."""
+
+    server: str | None  # "llama.cpp (llama-server)"
+    model: str | None  # "llama-3.1-8b.q4_0.gguf, Q4_0, 4.3 GiB"
+    machine: str  # "1x NVIDIA H200 (driver 580.159.04)" or "CPU: ..."
+    rounds: int | None
+    reps: int
+    order: str
+    seed: int | None
+
+
+@dataclass(frozen=True)
+class ArmDiff:
+    """How one arm's start differs from the baseline's."""
+
+    arm: str
+    flags: tuple[str, ...]
+    env: tuple[str, ...]
+    commit: str | None
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    setup: Setup
+    baseline: str
+    diffs: tuple[ArmDiff, ...]
+
+
+def _pairs(argv: list[str]) -> dict[str, str | None]:
+    """``[-c, 4096, --metrics, -fa, on]`` -> ``{-c: 4096, --metrics: None, -fa: on}``;
+    words before the first flag (the program, ``serve MODEL``) under ``""``."""
+    out: dict[str, str | None] = {}
+    key = ""
+    lead: list[str] = []
+    for w in argv:
+        is_flag = w.startswith("-") and not _NUMBER.fullmatch(w)
+        if is_flag:
+            key = w.split("=", 1)[0]
+            out[key] = w.split("=", 1)[1] if "=" in w else None
+        elif key:
+            out[key] = w if out.get(key) is None else f"{out[key]} {w}"
+        else:
+            lead.append(w)
+    out[""] = " ".join(lead)
+    return out
+
+
+def _fill(text: str, vars_: dict[str, Any]) -> str:
+    return re.sub(r"\{([A-Za-z_]\w*)\}", lambda m: str(vars_.get(m.group(1), m.group(0))), text)
+
+
+def flag_diffs(base: list[str], other: list[str]) -> tuple[str, ...]:
+    """``-ub 4096 (was 2048)``, ``--cache-type-k q8_0`` (added), ``no --metrics``."""
+    a, b = _pairs(base), _pairs(other)
+    out = []
+    if a.get("") != b.get(""):
+        out.append(f"program {b['']} (was {a['']})")
+    for k, v in b.items():
+        if not k or k in _PER_LIFE:
+            continue
+        if k not in a:
+            out.append(f"{k} {v}" if v is not None else k)
+        elif a[k] != v:
+            out.append(f"{k} {v} (was {a[k]})")
+    out += [f"no {k}" for k in a if k and k not in b and k not in _PER_LIFE]
+    return tuple(out)
+
+
+def _size(n: int) -> str:
+    gib = n / 1024**3
+    return f"{gib:.1f} GiB" if gib >= 1 else f"{n / 1024**2:.0f} MiB"
+
+
+def _model(meta: dict[str, Any], base: str) -> str | None:
+    models = meta.get("models") or {}
+    m = models.get(base) if isinstance(models, dict) else None
+    path = m.get("path") if isinstance(m, dict) else None
+    props = (meta.get("servers") or {}).get(base) or {}
+    path = path or props.get("model_path")
+    if not path:
+        return None
+    parts = [PurePath(str(path)).name]
+    if props.get("model_ftype"):
+        parts.append(str(props["model_ftype"]))
+    if isinstance(m, dict) and isinstance(m.get("bytes"), int):
+        parts.append(_size(m["bytes"]))
+    return ", ".join(parts)
+
+
+def _machine(meta: dict[str, Any]) -> str:
+    env = meta.get("environment") or {}
+    if env.get("gpu_summary"):
+        return str(env["gpu_summary"])
+    cpu = env.get("cpu") or "unknown CPU"
+    count = f", {env['cpu_count']} cores" if env.get("cpu_count") else ""
+    return f"CPU only: {cpu}{count}"
+
+
+def run_setup(meta: dict[str, Any], config: dict[str, Any] | None,
+              baseline: str) -> RunSetup:
+    """The setup of a run from its run.json (``meta``) and stored config.yaml."""
+    arms = {a.get("name"): a for a in (config or {}).get("resolved_arms") or []
+            if isinstance(a, dict)}
+    vars_ = (config or {}).get("vars") or {}
+    labels = {a["name"]: a.get("label") or a["name"] for a in meta.get("arms") or []}
+    commits = {a["name"]: a.get("commit") for a in meta.get("arms") or []}
+    base = arms.get(baseline) or {}
+    server = None
+    if base:
+        program = PurePath(_fill(str((base.get("argv") or ["?"])[0]), vars_)).name
+        server = f"{base.get('preset', '?')} ({program})"
+    setup = Setup(server=server, model=_model(meta, baseline), machine=_machine(meta),
+                  rounds=meta.get("rounds_done", meta.get("rounds")), reps=meta.get("reps", 1),
+                  order=str(meta.get("order", "?")), seed=meta.get("seed"))
+    diffs = []
+    for name, arm in arms.items():
+        if name == baseline or not base:
+            continue
+        fill = [_fill(str(w), vars_) for w in arm.get("argv") or []]
+        flags = flag_diffs([_fill(str(w), vars_) for w in base.get("argv") or []], fill)
+        benv, aenv = base.get("env") or {}, arm.get("env") or {}
+        env = tuple([f"{k}={v}" for k, v in aenv.items() if benv.get(k) != v]
+                    + [f"no {k}" for k in benv if k not in aenv])
+        commit = commits.get(name) if commits.get(name) != commits.get(baseline) else None
+        diffs.append(ArmDiff(str(labels.get(name, name)), flags, env, commit))
+    return RunSetup(setup, labels.get(baseline, baseline), tuple(diffs))
+
+
+def render_setup(s: RunSetup) -> list[str]:
+    """Markdown lines: the setup line, then each arm's differences from the baseline."""
+    st = s.setup
+    parts = [p for p in (st.server and f"server {st.server}", st.model and f"model {st.model}",
+                         st.machine) if p]
+    rounds = f"{st.rounds} round{'s' if st.rounds != 1 else ''}"
+    reps = f" x {st.reps} repetitions" if st.reps != 1 else ""
+    seed = f", seed {st.seed}" if st.seed is not None and st.order == "interleaved" else ""
+    lines = [f"Setup: {md_escape(', '.join(parts))}; {rounds}{reps}, order {st.order}{seed}."]
+    if s.diffs:
+        lines += ["", f"Differences from the baseline ({md_escape(s.baseline)}):", ""]
+        for d in s.diffs:
+            what = [f"`{x}`" for x in d.flags] + [f"env `{x}`" for x in d.env]
+            what += [f"commit `{d.commit[:12]}`"] if d.commit else []
+            lines.append(f"- {md_escape(d.arm)}: {', '.join(what) or 'same start command'}")
+    return lines
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def summary_of(table: Table) -> list[str]:
+    """Per arm, the rows that changed: ``decode -35.3% at 32K to -46.2% at 128K ▼``
+    (a metric over contexts as its range), then how many greedy outputs differ."""
+    out = []
+    for arm in table.arms:
+        if arm == table.baseline:
+            continue
+        by_metric: dict[str, list[tuple[str, float, str]]] = {}
+        open_rows = []
+        for r in table.rows:
+            c = r.cells.get(arm)
+            comp = c.comparison if c is not None else None
+            if comp is not None and comp.verdict in ("inconclusive", "too_few_rounds"):
+                open_rows.append(r.label)
+            if comp is None or comp.verdict != "changed" or comp.change is None:
+                continue
+            name = "decode" if r.metric == "decode_tok_s" else r.spec.label
+            by_metric.setdefault(name, []).append((r.workload, comp.change, comp.mark))
+        parts = []
+        for name, items in by_metric.items():
+            marks = "".join(sorted({m for _, _, m in items}))
+            if len(items) == 1:
+                parts.append(f"{name} {_pct(items[0][1])} {marks}")
+                continue
+            first, last = items[0], items[-1]
+            at = [w.removeprefix("decode ") for w, _, _ in (first, last)]
+            parts.append(f"{name} {_pct(first[1])} at {at[0]} to {_pct(last[1])} at "
+                         f"{at[1]} {marks}")
+        text = ", ".join(parts) or "no row of the table changed beyond the noise band"
+        if open_rows:
+            text += f" (not decided yet: {', '.join(open_rows)})"
+        q = table.quality
+        for s in q.sets if q is not None else []:
+            for sc in s.comparisons:
+                if sc.arm == arm:
+                    text += f"; greedy outputs ({s.name}): {len(sc.diffs)} of {sc.compared} " \
+                            "prompts differ"
+        out.append(f"{table.labels.get(arm, arm)}: {text}")
+    return out
+
+
+def render_summary(table: Table) -> list[str]:
+    """The summary as one markdown line (``**Summary**: ...``)."""
+    parts = summary_of(table)
+    return [f"**Summary** (▲ better, ▼ worse): {md_escape('; '.join(parts))}."] if parts else []
