@@ -52,6 +52,9 @@ Stopping (abbench's stop order):
   --ignore-term     the main process notes TERM and goes on (SIGKILL must end it)
   --leave-shm NAME  create /dev/shm/NAME at start, map it, and leave it (a server
                     killed before its resource tracker ran)
+llama-server's own flags, for a wrapper script named llama-server (a newcomer's build):
+  -m/--model PATH   must be a file (exit 1 otherwise, like a failed model load)
+  -c, -np, -ngl, -t taken and ignored
 """
 
 from __future__ import annotations
@@ -509,7 +512,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--child", action="store_true")
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--leave-shm", default="")
+    # llama-server's everyday flags, so that a wrapper script named llama-server can
+    # stand in for a build in a newcomer's arms file: the model must exist (it is not
+    # read); the others are taken and ignored
+    p.add_argument("-m", "--model", default="")
+    p.add_argument("-c", "--ctx-size", type=int, default=0)
+    p.add_argument("-np", "--parallel", type=int, default=0)
+    p.add_argument("-ngl", "--n-gpu-layers", default="")
+    p.add_argument("-t", "--threads", default="")
     args = p.parse_args(argv)
+    if args.model and not os.path.isfile(args.model):
+        print(f"refserver: failed to load model '{args.model}'", flush=True)
+        return 1
     if args.fault == "exit-on-start":
         print("refserver: failing at start-up as asked", flush=True)
         return 3

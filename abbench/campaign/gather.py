@@ -17,7 +17,7 @@ started) has its missing (arm, round) pairs recorded as failed slots, so the rep
 says which and why; the rounds it finished, and every other shard's, are kept.
 
 Hosts whose GPUs, driver or CUDA (the CPU model, without GPUs) differ are refused:
-their ratios need not estimate one thing (see README, "Many hosts"), unless the
+their ratios need not estimate one thing (docs/many-hosts.md), unless the
 campaign or the gather allows mixed hosts.
 """
 

@@ -472,7 +472,7 @@ class Workload(_Frozen):
     side_calls: SideCalls | None = None
     prompt: PromptSource = PromptSource()
     load: LoadSpec | None = Field(None, description="a load workload: concurrency levels "
-                                  "or arrival rates (see README, Load workloads)")
+                                  "or arrival rates (docs/load-workloads.md)")
     slo: Slo | None = Field(None, description="load only: goodput counts requests meeting it")
 
     @model_validator(mode="before")
