@@ -7,6 +7,7 @@ the CLI's one error boundary turns into ``Error: ...`` and its exit code.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -32,7 +33,7 @@ from abbench.config.overrides import with_stats
 from abbench.config.plan import plan
 from abbench.config.schema import load_config
 from abbench.config.stats import fraction_option
-from abbench.errors import AbbenchError, ConfigError
+from abbench.errors import AbbenchError, ConfigError, StoreError
 from abbench.history.series import (
     build_series,
     check_history,
@@ -202,6 +203,7 @@ def calibrate_arm(arms_file: Path, *, arm: str, rounds: int | None, effect: str,
 def list_runs(results: Path, *, label: str | None, since: str | None,
               until: str | None) -> Output:
     """``abbench ls``: one line per stored run."""
+    _results_folder(results)
     with open_index(results) as ix:
         runs = ix.runs(label=label, since=parse_when(since) if since else None,
                        until=parse_when(until, end=True) if until else None)
@@ -237,8 +239,11 @@ def history(results: Path, *, metrics: list[str] | None, workloads: list[str] | 
             check: bool, threshold: float, window: int, x: str) -> Output:
     """``abbench history``: series, a plot, a page, or the regression gate."""
     limit = threshold / 100
+    _results_folder(results)
     with open_index(results) as ix:
         series = build_series(ix, metrics, workloads, labels)
+        if metrics:
+            _known_metrics(metrics, {s.metric for s in build_series(ix, None, None, None)})
         problems = ix.run_errors() + ix.problems()
         latest = ix.runs()[-1:]
     out = Output()
@@ -258,6 +263,24 @@ def history(results: Path, *, metrics: list[str] | None, workloads: list[str] | 
     elif out_path is None and html is None:
         out.stdout = format_series(series)
     return out
+
+
+def _results_folder(results: Path) -> None:
+    """A results folder that is not there is an error, not an empty list."""
+    if not results.is_dir():
+        raise StoreError(f"no results folder {results}", where="--results",
+                         hint="give the folder abbench run wrote (results/ by default, or "
+                              "the arms file's results:), or run a campaign first")
+
+
+def _known_metrics(asked: list[str], stored: set[str]) -> None:
+    """Refuse a --metric no stored run has, listing those that are stored."""
+    unknown = [m for m in asked if m not in stored]
+    if unknown and stored:
+        near = difflib.get_close_matches(unknown[0], sorted(stored), n=1)
+        mean = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ConfigError(f"no stored run has the metric {unknown[0]!r}{mean}",
+                          where="--metric", hint="stored metrics: " + ", ".join(sorted(stored)))
 
 
 def diff(run_ref: str, results: Path, *, set_name: str, arms: list[str], prompt: str | None,

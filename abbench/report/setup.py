@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from abbench.model.rows import SERVER_ROW
 from abbench.report.table import Table
 from abbench.report.text import md_escape
 
@@ -193,7 +194,9 @@ def summary_of(table: Table) -> list[str]:
         for name, items in by_metric.items():
             marks = "".join(sorted({m for _, _, m in items}))
             if len(items) == 1:
-                parts.append(f"{name} {_pct(items[0][1])} {marks}")
+                w = items[0][0]
+                at = f" at {w.removeprefix('decode ')}" if w != SERVER_ROW else ""
+                parts.append(f"{name} {_pct(items[0][1])}{at} {marks}")
                 continue
             first, last = items[0], items[-1]
             at = [w.removeprefix("decode ") for w, _, _ in (first, last)]
