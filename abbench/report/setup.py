@@ -199,9 +199,9 @@ def summary_of(table: Table) -> list[str]:
                 parts.append(f"{name} {_pct(items[0][1])}{at} {marks}")
                 continue
             first, last = items[0], items[-1]
-            at = [w.removeprefix("decode ") for w, _, _ in (first, last)]
-            parts.append(f"{name} {_pct(first[1])} at {at[0]} to {_pct(last[1])} at "
-                         f"{at[1]} {marks}")
+            ends = [w.removeprefix("decode ") for w, _, _ in (first, last)]
+            parts.append(f"{name} {_pct(first[1])} at {ends[0]} to {_pct(last[1])} at "
+                         f"{ends[1]} {marks}")
         text = ", ".join(parts) or "no row of the table changed beyond the noise band"
         if open_rows:
             text += f" (not decided yet: {', '.join(open_rows)})"
