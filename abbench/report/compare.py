@@ -14,7 +14,7 @@ from abbench.model.rounds import comparable_records
 from abbench.report.formats import render_csv, render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.notes import fault_notes, load_notes
-from abbench.report.setup import run_setup
+from abbench.report.setup import fill_vars, flag_diffs, run_setup
 from abbench.report.table import Table, build_table
 from abbench.store.run import Run, open_run
 
@@ -123,6 +123,11 @@ def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,
     table.header = (f"abbench compare: run `{run_a.id}` arm {info_a['name']} (baseline) "
                     f"against run `{run_b.id}` arm {info_b['name']}; rounds paired by index "
                     f"({min(n_a, n_b)} pairs of {n_a} and {n_b} rounds)")
+    unlike = unlike_runs(run_a, info_a, run_b, info_b) if not same_run else []
+    if unlike:  # at the top: a reader must see it before the numbers
+        table.header += ("\n\n**Warning: the two sides did not measure the same thing**: "
+                         + "; ".join(unlike) + ". Rows measured by one side only read "
+                         "\"no data\"; a changed row may be the difference in setup.")
     if not same_run:
         table.notes.append("Warning: these arms ran in different runs, not interleaved: "
                            "drift between the runs (machine load, clocks, temperature, "
@@ -134,3 +139,47 @@ def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,
                 table.notes.append(f"The runs differ in {k}: {env_a.get(k)!r} against "
                                    f"{env_b.get(k)!r}.")
     return table
+
+
+def _workloads(config: dict[str, Any]) -> str:
+    """``decode: contexts 32768, 65536 + 128 decode tokens; load: ...`` of a stored
+    config, for messages."""
+    parts = []
+    for w in config.get("workloads") or []:
+        if not isinstance(w, dict):
+            continue
+        name = w.get("name") or ("load" if w.get("load") else "decode")
+        if w.get("load"):
+            parts.append(f"{name}: load {w['load']}")
+        else:
+            ctx = ", ".join(str(c) for c in w.get("contexts") or [])
+            parts.append(f"{name}: contexts {ctx} + {w.get('decode_tokens')} decode tokens")
+    return "; ".join(parts) or "none"
+
+
+def _argv(config: dict[str, Any], arm: str) -> list[str] | None:
+    vars_ = config.get("vars") or {}
+    for a in config.get("resolved_arms") or []:
+        if isinstance(a, dict) and a.get("name") == arm:
+            return [fill_vars(str(w), vars_) for w in a.get("argv") or []]
+    return None
+
+
+def unlike_runs(run_a: Run, info_a: dict[str, Any], run_b: Run,
+                info_b: dict[str, Any]) -> list[str]:
+    """What differs between two runs' setups that a comparison of their arms would
+    read as the arms' difference: the workloads (contexts, decode tokens) and the
+    compared arms' start commands."""
+    ca, cb = stored_config(run_a.path), stored_config(run_b.path)
+    if ca is None or cb is None:
+        return []
+    out = []
+    wa, wb = _workloads(ca), _workloads(cb)
+    if wa != wb:
+        out.append(f"workloads {wa} (`{run_a.id}`) against {wb} (`{run_b.id}`)")
+    argv_a, argv_b = _argv(ca, info_a["name"]), _argv(cb, info_b["name"])
+    if argv_a is not None and argv_b is not None:
+        flags = flag_diffs(argv_a, argv_b)
+        if flags:
+            out.append("start command of the second side: " + ", ".join(f"`{f}`" for f in flags))
+    return out

@@ -69,7 +69,8 @@ def _pairs(argv: list[str]) -> dict[str, str | None]:
     return out
 
 
-def _fill(text: str, vars_: dict[str, Any]) -> str:
+def fill_vars(text: str, vars_: dict[str, Any]) -> str:
+    """``{name}`` placeholders of ``vars:`` filled in (others left as they are)."""
     return re.sub(r"\{([A-Za-z_]\w*)\}", lambda m: str(vars_.get(m.group(1), m.group(0))), text)
 
 
@@ -131,7 +132,7 @@ def run_setup(meta: dict[str, Any], config: dict[str, Any] | None,
     base = arms.get(baseline) or {}
     server = None
     if base:
-        program = PurePath(_fill(str((base.get("argv") or ["?"])[0]), vars_)).name
+        program = PurePath(fill_vars(str((base.get("argv") or ["?"])[0]), vars_)).name
         server = f"{base.get('preset', '?')} ({program})"
     setup = Setup(server=server, model=_model(meta, baseline), machine=_machine(meta),
                   rounds=meta.get("rounds_done", meta.get("rounds")), reps=meta.get("reps", 1),
@@ -140,8 +141,8 @@ def run_setup(meta: dict[str, Any], config: dict[str, Any] | None,
     for name, arm in arms.items():
         if name == baseline or not base:
             continue
-        fill = [_fill(str(w), vars_) for w in arm.get("argv") or []]
-        flags = flag_diffs([_fill(str(w), vars_) for w in base.get("argv") or []], fill)
+        fill = [fill_vars(str(w), vars_) for w in arm.get("argv") or []]
+        flags = flag_diffs([fill_vars(str(w), vars_) for w in base.get("argv") or []], fill)
         benv, aenv = base.get("env") or {}, arm.get("env") or {}
         env = tuple([f"{k}={v}" for k, v in aenv.items() if benv.get(k) != v]
                     + [f"no {k}" for k in benv if k not in aenv])
