@@ -57,3 +57,30 @@ def test_flag_differences_like_compare_llama_bench() -> None:
     assert flag_diffs(base, other) == ("-c 8192 (was 4096)", "-fa on", "no --metrics")
     assert flag_diffs(base, ["/other/llama-server", *base[1:]]) == (
         "program /other/llama-server (was llama-server)",)
+
+
+def test_csv_cells_are_flat_and_hold_the_json_numbers() -> None:
+    import csv
+    import io
+    import json
+
+    rows = list(csv.DictReader(io.StringIO(cli("report", SEED_RUN, "--format", "csv").stdout)))
+    data = json.loads(cli("report", SEED_RUN, "--format", "json").stdout)
+    for r in rows:
+        for k, v in r.items():
+            if k not in ("label", "arm_label", "cmp_test"):
+                assert not any(x in v for x in ("{", "(", "None", "inf", "nan", "True")), (k, v)
+    by_key = {(r["workload"], r["metric"], r["arm"]): r for r in rows}
+    checked = 0
+    for row in data["rows"]:
+        if not row["shown"]:
+            continue
+        for arm, cell in row["cells"].items():
+            r = by_key[(row["workload"], row["metric"], arm)]
+            assert float(r["mean"]) == cell["mean"]
+            comp = cell.get("comparison")
+            if comp:
+                for k in ("change", "lo", "hi", "p", "hl_lo"):
+                    assert r[f"cmp_{k}"] == ("" if comp[k] is None else repr(comp[k]))
+                checked += 1
+    assert checked >= 8
