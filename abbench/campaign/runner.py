@@ -64,6 +64,7 @@ from abbench.model.schedule import Slot
 from abbench.report.compare import stored_config, table_of
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
+from abbench.report.setup import life_line
 from abbench.report.sweep import write_sweep
 from abbench.server.interrupts import handle_signals
 from abbench.server.process import Server, start_server
@@ -318,6 +319,9 @@ class Campaign:
                               f"(port {server.port})")
             self.serve(slot, arm, server, base)
             status, reason = "ok", None
+            figures = life_line(self.run.records(), arm.name, slot.round)
+            if figures:  # a long campaign shows its numbers as they come
+                self.progress.log(f"  {arm.name} round {slot.round}: {figures}")
         except (ServerError, ConfigError) as e:  # ConfigError: the program vanished mid-run
             status, reason = "failed", e.message
             self.progress.log(f"  FAILED arm {arm.name}, round {slot.round}: {e}")

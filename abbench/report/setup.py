@@ -6,15 +6,21 @@ summary of what changed. Data here (frozen), rendered by :func:`render_setup` an
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from abbench.model.metrics import spec
+from abbench.model.records import Record, Sample
 from abbench.model.rows import SERVER_ROW
 from abbench.report.table import Table
 from abbench.report.text import md_escape
 
+#: memory peaks a server life shows as it ends
+_PEAKS = ("peak_vram_mib", "peak_rss_mib")
 #: start-command flags every arm has with its own value (not a difference)
 _PER_LIFE = {"--port", "--host"}
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
@@ -220,3 +226,25 @@ def render_summary(table: Table) -> list[str]:
     """The summary as one markdown line (``**Summary**: ...``)."""
     parts = summary_of(table)
     return [f"**Summary** (▲ better, ▼ worse): {md_escape('; '.join(parts))}."] if parts else []
+
+
+def life_line(records: list[Record], arm: str, round_: int) -> str | None:
+    """What one server life measured, for the progress display as it ends:
+    ``decode 1K 259.6 tok/s, decode 4K 255.1 tok/s; peak VRAM 38730 MiB``."""
+    rates: dict[str, list[float]] = {}
+    peaks: dict[str, float] = {}
+    for r in records:
+        if not isinstance(r, Sample) or r.arm != arm or r.round != round_ or not r.valid:
+            continue
+        for metric, value in r.metrics.items():
+            if value is None or not math.isfinite(value):
+                continue
+            if metric == "decode_tok_s":
+                rates.setdefault(r.workload, []).append(value)
+            elif metric in _PEAKS:
+                peaks[metric] = max(peaks.get(metric, 0.0), value)
+    parts = [f"{w} {statistics.mean(v):.1f} tok/s" for w, v in rates.items()]
+    mem = [f"{spec(m).label} {v:.0f} MiB" for m, v in peaks.items()]
+    if not parts and not mem:
+        return None
+    return ", ".join(parts) + ("; " if parts and mem else "") + ", ".join(mem)

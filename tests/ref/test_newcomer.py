@@ -118,6 +118,9 @@ def test_quick_start_as_written(venv: Path, home: Path) -> None:
     run = _sh(commands[1], home, venv)
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
+    # each server life's figures as it ends, on the progress stream
+    assert re.search(r"^  pr round \d: decode 1K 2\d\d\.\d tok/s, decode 4K 2\d\d\.\d tok/s",
+                     run.stderr, flags=re.M), run.stderr[-2000:]
     assert ("Setup: server llama.cpp (llama-server), model model.gguf, 4 KiB" in out
             or "Setup: server llama.cpp (llama-server), model model.gguf" in out)
     assert "- pr: `program ./pr/build/bin/llama-server (was ./base/build/bin/llama-server)`" \
