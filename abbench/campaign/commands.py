@@ -243,7 +243,7 @@ def history(results: Path, *, metrics: list[str] | None, workloads: list[str] | 
     with open_index(results) as ix:
         series = build_series(ix, metrics, workloads, labels)
         if metrics:
-            _known_metrics(metrics, {s.metric for s in build_series(ix, None, None, None)})
+            _known_metrics(metrics, {metric for metric, _ in ix.series_keys()})
         problems = ix.run_errors() + ix.problems()
         latest = ix.runs()[-1:]
     out = Output()

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from abbench.report import quality_text
-from abbench.report.setup import summary_of
+from abbench.report.summary import summary_of
 from abbench.report.table import Table
 from abbench.stats.paired import as_json
 

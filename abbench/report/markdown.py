@@ -4,7 +4,8 @@ notes, quality section and per-row statistics."""
 from __future__ import annotations
 
 from abbench.report import quality_text
-from abbench.report.setup import render_setup, render_summary
+from abbench.report.setup import render_setup
+from abbench.report.summary import render_summary
 from abbench.report.table import Row, Table
 from abbench.report.text import fmt_values, md_escape
 from abbench.report.verdicts import (

@@ -12,7 +12,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from abbench.config.schema import format_context
 from abbench.config.stats import StatsConfig, TableConfig
@@ -24,11 +24,10 @@ from abbench.model.rows import SERVER_ROW, RowKey
 from abbench.report import quality
 from abbench.report.hosts import flag_notes, hosts_line, mixed_note, per_host_lines
 from abbench.report.notes import collector_notes, run_notes, side_call_notes
+from abbench.report.setup import RunSetup
 from abbench.stats.blocks import compare_blocks, round_hosts
 from abbench.stats.paired import Comparison, adjust, compare
 
-if TYPE_CHECKING:
-    from abbench.report.setup import RunSetup
 
 @dataclass
 class Cell:
