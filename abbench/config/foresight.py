@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from abbench.config.infer import README_ARMS, flag_value
+from abbench.config.infer import README_ARMS, flag_value, server_word
 from abbench.config.schema import (
     Config,
     ConfigError,
@@ -97,6 +97,9 @@ def foresee(cfg: Config, arm: ResolvedArm, *, where: str, strict: bool) -> list[
     if arm.shell:
         return []
     words = arm.command(placeholder_values(cfg, arm, port=1, round_=0))
+    found = server_word(words)
+    if found is not None and found[1] == "llama.cpp":  # its flags, not a wrapper's
+        words = words[found[0]:]
     limit = server_context(arm.preset, words)
     need, what = _longest(cfg)
     if limit is not None and need > limit[0]:
@@ -118,7 +121,9 @@ def foresee(cfg: Config, arm: ResolvedArm, *, where: str, strict: bool) -> list[
     msg = f"model {clip_repr(model)} does not exist" + (
         " (relative to cwd:, by default the arms file's folder)"
         if not Path(model).expanduser().is_absolute() else "")
-    if strict or program_here(arm, words[0]):
+    # a llama-server here loads its model here; `python -m vllm...` may not be the
+    # python that serves (validate on another machine): a warning then
+    if strict or (arm.preset == "llama.cpp" and program_here(arm, words[0])):
         raise ConfigError(msg, where=f"{where}.start", hint="fix the path (check vars: and "
                           "the file name), or download the model first")
     return [f"{where}.start: {msg} here (fine if the servers run elsewhere)"]

@@ -40,21 +40,28 @@ def _words(start: list[str] | str | None, vars_: Mapping[str, str]) -> list[str]
     return [_PLACEHOLDER.sub(lambda m: vars_.get(m.group(1), m.group(0)), w) for w in items]
 
 
-def infer_preset(start: list[str] | str | None, vars_: Mapping[str, str]) -> str | None:
-    """The preset the start command names: ``llama-server`` -> llama.cpp, ``vllm serve``
-    or ``vllm.entrypoints...`` -> vllm, ``sglang.launch_server`` or ``sglang serve`` ->
-    sglang; None when it names none of them (a wrapper script, another server)."""
-    words = _words(start, vars_)
+def server_word(words: list[str]) -> tuple[int, str] | None:
+    """Where the start command names a known server, and which preset it is:
+    ``llama-server`` -> llama.cpp, ``vllm serve`` or ``vllm.entrypoints...`` -> vllm,
+    ``sglang.launch_server`` or ``sglang serve`` -> sglang. A wrapper before it
+    (``taskset -c 0-7``, ``numactl``, ``python -m``) is passed over."""
     names = [PurePath(w).name for w in words]
     for i, (w, name) in enumerate(zip(words, names, strict=True)):
         nxt = names[i + 1] if i + 1 < len(names) else ""
-        if name == "llama-server" or name.startswith("llama-server"):
-            return "llama.cpp"
+        if name.startswith("llama-server"):
+            return i, "llama.cpp"
         if w.startswith("vllm.entrypoints") or (name == "vllm" and nxt == "serve"):
-            return "vllm"
+            return i, "vllm"
         if w.startswith("sglang.launch_server") or (name == "sglang" and nxt == "serve"):
-            return "sglang"
+            return i, "sglang"
     return None
+
+
+def infer_preset(start: list[str] | str | None, vars_: Mapping[str, str]) -> str | None:
+    """The preset the start command names (:func:`server_word`); None when it names
+    none of them (a wrapper script, another server)."""
+    found = server_word(_words(start, vars_))
+    return found[1] if found else None
 
 
 def flag_value(words: list[str], *flags: str) -> str | None:
