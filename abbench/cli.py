@@ -323,6 +323,20 @@ def diff(
 
 @app.command()
 @command
+def cancel(
+    campaign: Annotated[str, typer.Argument(metavar="CAMPAIGN", help="campaign folder, id "
+                                            "or unique prefix")],
+    results: ReadResultsOpt = Path("results"),
+) -> Output:
+    """Stop every Slurm job of a campaign (its tasks then read CANCELLED, not UNKNOWN).
+
+    Example: abbench cancel results/20261201-0900-ab12
+    """
+    return commands.cancel(campaign, results)
+
+
+@app.command()
+@command
 def build(
     arms_file: Annotated[Path, typer.Argument(help="the arms file (YAML)")],
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="parallel build "
@@ -333,7 +347,7 @@ def build(
 
     Example: abbench build arms/git-refs.yaml
     """
-    return commands.build(arms_file, jobs=jobs)
+    return commands.build(arms_file, jobs=jobs, live=lambda line: typer.echo(line, err=True))
 
 
 @app.command()
@@ -342,7 +356,8 @@ def bisect(
     arms_file: Annotated[Path, typer.Argument(help="an arms file with a git arm")],
     good: Annotated[str, typer.Option("--good", help="a ref where the row is as before")],
     bad: Annotated[str, typer.Option("--bad", help="a ref where the row has moved")],
-    row: Annotated[str, typer.Option("--row", help="the row, e.g. 'decode 32K'")],
+    row: Annotated[str, typer.Option("--row", help="the row: its id or its label as the "
+                                     "table shows it, e.g. 'decode 32K' or 'decode 32K TTFT'")],
     metric: Annotated[str, typer.Option("--metric", help="the metric")] = "decode_tok_s",
     max_steps: Annotated[int | None, typer.Option("--max-steps", min=1, metavar="N",
                                                   help="stop after this many steps "

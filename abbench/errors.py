@@ -50,6 +50,17 @@ class ConfigError(AbbenchError):
     exit_code = 2
 
 
+class InternalError(AbbenchError):
+    """A bug in abbench, not bad input: exit code 70 (EX_SOFTWARE), and the message says
+    to report it."""
+
+    exit_code = 70
+
+    def __init__(self, message: str, *, where: str | None = None, hint: str | None = None):
+        super().__init__(f"abbench bug: {message}", where=where,
+                         hint=hint or "report it with the command that ran and this message")
+
+
 class StoreError(AbbenchError):
     """The results directory cannot be written or a stored run cannot be read."""
 

@@ -38,7 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from abbench.server.build import BuiltArm, GitRef, ensure_built  # noqa: E402
+from abbench.server.build import BuiltArm, ensure_built  # noqa: E402
+from abbench.server.git import GitRef  # noqa: E402
 from abbench.server.recipes import llama_cpp  # noqa: E402
 
 

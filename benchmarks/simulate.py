@@ -7,12 +7,12 @@ on (:data:`MARKER`; the hand-written text above it is kept).
 Every campaign goes through the real code: the slot order from
 abbench.model.schedule.make_schedule (a fresh seed per campaign); every cell of a table
 of several rows and arms compared by abbench.report.table.compare_rows, which is what
-build_table runs (compare() per cell, then adjust(): Benjamini-Hochberg over the table's
+table_of runs (compare() per cell, then adjust(): Benjamini-Hochberg over the table's
 cells); and for --until-ci the look schedule, per-look alpha, block sizes and stop rule
 of abbench.stats.stopping, in the loop of abbench.campaign.until_ci. While a study
 runs, some helpers of abbench.stats.paired are swapped for faster equivalents that give
 the same comparisons (:func:`fast_paths`; tests/unit/test_simulate.py checks that, and
-that the tables equal what build_table makes from the same values as records).
+that the tables equal what table_of makes from the same values as records).
 
 Each arm's per-round value (reps already averaged) on a noisy row is
 ``level * exp(effect + drift + life + row)``: ``life`` is common to every row of one
@@ -46,8 +46,10 @@ from scipy import stats as sps
 
 from abbench.config.stats import StatsConfig, TableConfig
 from abbench.model.metrics import spec
+from abbench.model.rows import RowKey
 from abbench.model.schedule import Order, make_schedule
-from abbench.report.table import Cell, Row, compare_rows, pick_rows
+from abbench.report.selection import pick_rows
+from abbench.report.table import Cell, Row, compare_rows
 from abbench.stats import paired
 from abbench.stats.paired import Comparison
 from abbench.stats.stopping import block_size, look_alphas, max_rounds, planned_looks, stop_reason
@@ -188,20 +190,20 @@ def _pattern(level: np.ndarray, arms_rounds: Sequence[tuple[str, int, int]], bas
 
 
 def table_rows(layout: Layout, vals: Values) -> list[Row]:
-    """The rows build_table would make from these values (one rep per slot)."""
+    """The rows table_of would make from these values (one rep per slot)."""
     out = []
     for j, rd in enumerate(layout.rows):
         cells = {}
         for arm in layout.arms:
             rs = sorted(vals[j][arm])
             cells[arm] = Cell(arm, rs, [vals[j][arm][r] for r in rs])
-        out.append(Row(rd.workload, rd.metric, spec(rd.metric), cells))
+        out.append(Row(RowKey(rd.workload, rd.metric), spec(rd.metric), cells))
     return out
 
 
 def records(layout: Layout, rows: list[Row]) -> list[dict[str, Any]]:
     """A campaign's values as stored sample records (one rep per slot), for
-    build_table: the tests check it gives the same table."""
+    table_of: the tests check it gives the same table."""
     return [{"type": "sample", "valid": True, "arm": arm, "round": rnd,
              "workload": rd.workload, "metrics": {rd.metric: v}}
             for rd, row in zip(layout.rows, rows, strict=True)

@@ -5,7 +5,7 @@ the table and writes it into docs/simulation-hosts.md (between its ``<!-- table 
 marks).
 
 Every campaign uses the real code: the shards and their arm orders from
-abbench.model.shards (plan_shards, shard_schedule, a fresh campaign seed each time),
+abbench.model.shardplan (plan_shards, shard_schedule, a fresh campaign seed each time),
 the cell's verdict from abbench.stats.blocks.compare_blocks, the one-host reference
 from abbench.stats.paired.compare. Each arm's per-round value is
 ``100 * exp(host speed + effect + host effect + drift + noise)``: host speed
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from abbench.model.shards import plan_shards, shard_schedule
+from abbench.model.shardplan import plan_shards, shard_schedule
 from abbench.stats.blocks import HETEROGENEITY_ALPHA, BlockComparison, Rule, compare_blocks
 from abbench.stats.paired import Comparison, compare
 
@@ -186,7 +186,7 @@ def render(rows: list[Row], campaigns: int) -> str:
     lines.append("")
     lines.append(f"{campaigns} campaigns per scenario, the same campaigns for every rule; "
                  "16 rounds of 2 arms in all, split into whole rounds per host by "
-                 "abbench.model.shards; alpha 0.05, noise band ±1%; noise 1% per server life "
+                 "abbench.model.shardplan; alpha 0.05, noise band ±1%; noise 1% per server life "
                  "(log scale), host speed N(0, 10%), drift +2% per 32 server lives. "
                  "\"changed\" is false in an A/A row, and counted with the right sign in "
                  "an effect row (power); covers: the 90% interval covers the true effect "

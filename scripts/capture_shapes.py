@@ -176,8 +176,9 @@ def main() -> int:
                     choices=["group-term", "main-term", "main-int", "abbench", "group-kill"],
                     help="group-term/main-term/main-int: that signal, then wait until the "
                          "whole group is gone (SIGKILL after --grace); abbench: as "
-                         "abbench/arms.py Server.stop does: SIGTERM to the group, wait for "
-                         "the main process (10 s), then SIGKILL to what is left of the group; "
+                         "abbench/server/process.py Server.stop does: SIGTERM to the group, "
+                         "wait for the main process (10 s), then SIGKILL to what is left of the "
+                         "group; "
                          "group-kill: SIGKILL to the group at once (a crash, abbench's reaper "
                          "after its grace)")
     ap.add_argument("--port", type=int, default=0)

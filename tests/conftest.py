@@ -1,6 +1,7 @@
 """Shared fixtures: the reference server, the real llama-server, arms files.
 
-Tests live in folders by layer: ``unit/`` (pure functions, no process), ``ref/``
+Tests live in folders by layer: ``unit/`` (no server of the project: pure functions, and
+some git builds, mounts and subprocesses of small tools), ``ref/``
 (CLI runs against the reference server ``refserver.py``), ``real/`` (end to end
 against the real llama-server; marked ``real`` here, by folder), and ``golden/``
 (the files that pin every renderer).
@@ -75,6 +76,25 @@ def no_process_left(pattern: str) -> bool:
             if pattern in " ".join(p.info["cmdline"] or []):
                 return False
         except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return True
+
+
+def no_server_left(run: Path) -> bool:
+    """True when no server process of ``run`` is alive: the PIDs its slot records name
+    (each server life's main process), not every process of some name on the machine."""
+    import json
+
+    import psutil
+
+    for line in (run / "samples.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("type") != "slot" or not isinstance(rec.get("pid"), int):
+            continue
+        try:
+            if psutil.Process(rec["pid"]).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
             continue
     return True
 

@@ -25,6 +25,7 @@ from abbench.config.overrides import with_stats
 from abbench.config.schema import ArmConfig, Config, load_config
 from abbench.errors import ConfigError
 from abbench.report.compare import run_table
+from abbench.report.selection import find_rows
 from abbench.server.gitarms import build_arms, commit_range, pin
 from abbench.store.run import Run
 
@@ -51,13 +52,18 @@ def _step_config(cfg: Config, template: ArmConfig, ends: dict[str, str]) -> Conf
 
 
 def _verdict(run: Run, row: str, metric: str, baseline: str, arm: str) -> str:
+    """The verdict of ``arm``'s cell in the row ``row`` names (a row id or its label)."""
     table = run_table(run, baseline=baseline, rows="all")
-    for r in table.rows + table.hidden:
-        if r.workload == row and r.metric == metric:
-            cell = r.cells.get(arm)
-            if cell is None or cell.comparison is None:
-                return "missing"
-            return cell.comparison.verdict
+    found = find_rows(table.rows + table.hidden, row, metric)
+    if len(found) == 1:
+        cell = found[0].cells.get(arm)
+        if cell is None or cell.comparison is None:
+            return "missing"
+        return cell.comparison.verdict
+    if found:
+        raise ConfigError(f"run {run.id}: {row!r} names {len(found)} rows of metric "
+                          f"{metric!r}", hint="name one: "
+                          + ", ".join(repr(r.label) for r in found))
     rows = sorted({r.workload for r in table.rows + table.hidden})
     raise ConfigError(f"run {run.id} has no row {row!r} with metric {metric!r}",
                       hint=f"rows: {', '.join(rows)}")

@@ -8,6 +8,7 @@ the CLI's one error boundary turns into ``Error: ...`` and its exit code.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -22,6 +23,7 @@ from abbench.campaign.runner import Campaign, RunOptions, RunOutcome
 from abbench.campaign.shards import (
     CampaignOutcome,
     SlurmOptions,
+    cancel_campaign,
     describe_campaign,
     find_campaign,
     plan_campaign,
@@ -44,6 +46,7 @@ from abbench.history.series import (
     plot_history,
     write_html,
 )
+from abbench.report.builds import render_builds
 from abbench.report.calibrate import (
     band_yaml,
     noise_floor,
@@ -52,10 +55,11 @@ from abbench.report.calibrate import (
     render_noise_sources,
 )
 from abbench.report.compare import Format, compare_table, parse_run_arm, render, run_table
+from abbench.report.markdown import note_text
 from abbench.report.plan import describe_plan
 from abbench.report.quality_text import diff_text
-from abbench.report.table import build_table
-from abbench.server.build import gc, list_builds, render_builds
+from abbench.report.table import table_of
+from abbench.server.buildcache import gc, list_builds
 from abbench.server.gitarms import build_arms, describe_pins, pin
 from abbench.store.index import open_index
 from abbench.store.run import Run, open_run
@@ -184,7 +188,7 @@ def calibrate_arm(arms_file: Path, *, arm: str, rounds: int | None, effect: str,
                       config_path=str(arms_file))
     outcome = calibrate(cfg, arm, opts, progress=make_progress(live))
     records, meta = outcome.run.records(), outcome.run.meta()
-    table = build_table(records, meta)
+    table = table_of(records, meta)
     floors = noise_floor(table, effect=size, settings=cfg.stats)
     text = render_calibration(floors, arm=arm, effect=size, settings=cfg.stats)
     sources = noise_sources(table, records, meta, effect=size, settings=cfg.stats)
@@ -230,7 +234,8 @@ def compare(run_a: str, run_b: str, results: Path, *, fmt: Format) -> Output:
     table = compare_table(parse_run_arm(run_a, results), parse_run_arm(run_b, results),
                           problems=problems)
     out = Output(render(table, fmt))
-    out.warn(problems + (table.notes if fmt != "md" else []))  # markdown carries notes
+    notes = [note_text(n) for n in table.notes] if fmt != "md" else []  # md carries them
+    out.warn(problems + notes)
     return out
 
 
@@ -292,15 +297,29 @@ def diff(run_ref: str, results: Path, *, set_name: str, arms: list[str], prompt:
                             width=width))
 
 
-def build(arms_file: Path, *, jobs: int | None) -> Output:
-    """``abbench build``: build (or find in the cache) every git arm of an arms file."""
+def cancel(ref: str, results: Path) -> Output:
+    """``abbench cancel``: stop every Slurm job of a campaign."""
+    folder = find_campaign(ref, results)
+    if folder is None:
+        raise ConfigError(f"{ref} is not a campaign (no campaign.json)", where=ref,
+                          hint="give a campaign folder or id (abbench ls lists them); an "
+                               "ordinary run stops with Ctrl-C")
+    jobs = cancel_campaign(folder)
+    return Output(f"cancelled Slurm job(s) {', '.join(jobs)} of {folder}; "
+                  f"`abbench run --resume {folder}` gathers what the shards measured and "
+                  "runs the rounds left\n")
+
+
+def build(arms_file: Path, *, jobs: int | None, live: Callable[[str], None]) -> Output:
+    """``abbench build``: build (or find in the cache) every git arm of an arms file;
+    ``live`` gets what it does and each build's log lines as they are written (a build
+    of llama.cpp takes minutes)."""
     out = Output()
     cfg = pin(load_config(arms_file))
-    _, built = build_arms(cfg, jobs=jobs, log=out.stderr.append)
+    _, built = build_arms(cfg, jobs=jobs, log=live, echo=lambda line: live(f"  | {line}"))
     rows = [f"{name}: {b.source} {b.ref[:12]} -> {'cache hit' if b.cached else 'built'} in "
             f"{b.seconds:.1f} s, {b.dir}" for name, b in built.items()]
     out.stdout = "\n".join(rows) + "\n" if rows else "no git arms: nothing to build\n"
-    out.stderr = []
     return out
 
 

@@ -34,11 +34,11 @@ from abbench.campaign.runner import config_digest
 from abbench.errors import ConfigError, StoreError
 from abbench.model.records import QualityCommand, QualitySample, Record, SlotRecord
 from abbench.model.rounds import read_state
-from abbench.model.shards import ShardPlan, shard_schedule
-from abbench.report.compare import table_of
+from abbench.model.shardplan import ShardPlan, shard_schedule
+from abbench.report.compare import stored_config
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
-from abbench.report.table import Table
+from abbench.report.table import Table, table_of
 from abbench.store.run import RUN_FILE, SAMPLES_FILE, SCHEMA_VERSION, Run, atomic_write, record_line
 
 CAMPAIGN_FILE = "campaign.json"
@@ -359,7 +359,7 @@ def gather(folder: Path, *, allow_mixed_hosts: bool | None = None,
     run = Run(folder)
     atomic_write(folder / SAMPLES_FILE, "".join(record_line(r) for r in records))
     run.write_meta(meta)
-    table = table_of(records, meta)
+    table = table_of(records, meta, config=stored_config(folder))
     md = render_markdown(table)
     run.write_text("report.md", md)
     run.write_text("report.json", render_json(table))

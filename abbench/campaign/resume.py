@@ -65,6 +65,13 @@ def resume_run(ref: str, results: Path, *, progress: Progress | None = None) -> 
     opts = RunOptions(results=run.path.parent, rounds=meta.get("rounds"), seed=meta.get("seed"),
                       config_path=config_path)
     campaign = Campaign(cfg, opts, progress=progress)
+    stored = meta.get("prompts")
+    if stored is not None and campaign.prompt_digests() != stored:
+        changed = sorted(k for k in {*stored, *campaign.prompt_digests()}
+                         if stored.get(k) != campaign.prompt_digests().get(k))
+        raise ConfigError(f"the prompt file of workload {', '.join(map(repr, changed))} changed "
+                          "since the run started (its sha256 differs from run.json's)",
+                          where=config_path, hint="restore it as it was, or start a new run")
     if not slots and meta.get("status") == "complete":
         raise ConfigError(f"run {run.id} is complete: every (arm, round) pair finished",
                           where=str(run.path), hint="start a new run for more rounds")

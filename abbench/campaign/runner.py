@@ -42,6 +42,7 @@ from abbench.config.schema import (
 from abbench.errors import (
     AbbenchError,
     ConfigError,
+    InternalError,
     Interrupted,
     RequestError,
     ServerError,
@@ -61,11 +62,12 @@ from abbench.model.records import (
 )
 from abbench.model.rounds import complete_rounds, read_state
 from abbench.model.schedule import Slot
-from abbench.report.compare import stored_config, table_of
+from abbench.report.compare import stored_config
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.setup import life_line
 from abbench.report.sweep import write_sweep
+from abbench.report.table import Note, table_of
 from abbench.server.interrupts import handle_signals
 from abbench.server.process import Server, start_server
 from abbench.slot import SlotContext, SlotTask
@@ -142,8 +144,11 @@ class Campaign:
         self.arms = {a.name: a for a in cfg.resolved_arms()}
         for arm in self.arms.values():
             if arm.git is not None and arm.built is None:
-                raise ConfigError(f"arm {arm.name} is a git arm that was not built",
-                                  hint="abbench run builds it first; this is a bug")
+                raise InternalError(f"arm {arm.name} is a git arm that was not built "
+                                    "(abbench run builds git arms before it runs them)")
+        # each workload's prompt file, read once per run: an edit while it runs changes
+        # nothing measured (run.json keeps each text's digest; a resume checks it)
+        self.prompts = [prompt_text(cfg, i) for i in range(len(cfg.workloads))]
         self.stop_event = threading.Event()
         self.timing = Timing()
         self.run: Run | None = None
@@ -170,6 +175,7 @@ class Campaign:
             "environment": environment(),
             "models": model_files(self.cfg),
             "servers": {},
+            "prompts": self.prompt_digests(),
             "warnings": self.warnings,
             "pid": os.getpid(),
             **self.opts.meta,
@@ -177,6 +183,14 @@ class Campaign:
         run = Run.create(self.opts.results, meta, config_for_storage(self.cfg))
         self.copy_build_logs(run)
         return run
+
+    def prompt_digests(self) -> dict[str, dict[str, Any]]:
+        """Workload title -> the sha256 and length of the prompt text it read (file
+        prompts only)."""
+        return {w.title: {"sha256": hashlib.sha256(text.encode()).hexdigest(),
+                          "chars": len(text)}
+                for w, text in zip(self.cfg.workloads, self.prompts, strict=True)
+                if text is not None}
 
     def copy_build_logs(self, run: Run) -> None:
         """Each git arm's build log, as ``logs/build-<arm>.log`` in the run folder."""
@@ -234,10 +248,9 @@ class Campaign:
                 self.progress.finish()
             except Interrupted as e:
                 self.progress.finish()
-                m = run.meta()
-                decided = self.cfg.stats.until_ci is None or (m.get("until_ci") or {}).get(
-                    "stopped")
-                if decided and not read_state(run.records(), m).unfinished():
+                seq = run.info().until_ci
+                decided = self.cfg.stats.until_ci is None or (seq is not None and seq.stopped)
+                if decided and not read_state(run.records(), run.meta()).unfinished():
                     # every server life had ended and --until-ci (if on) had stopped
                     self.progress.log("interrupted after the last server stopped: the run "
                                       "is complete")
@@ -284,8 +297,7 @@ class Campaign:
         records = self.run.records()
         table = table_of(records, meta, config=stored_config(self.run.path))
         if write_sweep(records, meta, self.run.path / "sweep.png"):
-            table.notes.append("Sweep plot (throughput against TTFT p99 and ITL p50 per "
-                               "level, paired intervals): [sweep.png](sweep.png)")
+            table.notes.append(Note("sweep_plot", {"path": "sweep.png"}))
         md = render_markdown(table)
         self.run.write_text("report.md", md)
         self.run.write_text("report.json", render_json(table))
@@ -347,7 +359,7 @@ class Campaign:
                     code = server.stop()  # shielded: an interrupt waits for the stop
             if status != "ok":
                 self.failed += status == "failed"
-            more: dict[str, object] = {}
+            more: dict[str, object] = {"pid": server.pid} if server is not None else {}
             if server is not None and server.ready_at is not None:
                 more["ready_s"] = server.ready_at - server.started_at
             if status == "failed" and server is not None:
@@ -366,26 +378,21 @@ class Campaign:
                           order_seed(self.run.meta()), self.record, self.run.records,
                           self.stop_event)
         try:
-            meta = self.run.meta()
-            servers = meta.get("servers", {})
-            if arm.name not in servers:  # what the server says about itself, once per arm
+            info = self.run.info()
+            if arm.name not in info.servers:  # what the server says about itself, once
                 with self.timing.count("requests_s"):
                     props = server_props(client, arm)
                 if props is not None:
-                    self.run.update_meta(servers={**servers, arm.name: props})
-            templates = meta.get("request_templates", {})
-            if arm.name not in templates:  # what each request of this arm sends
-                self.run.update_meta(request_templates={**templates, arm.name: {
-                    "decode": client.request_body(
-                        "<prompt token ids>", self.cfg.workloads[0].decode_tokens),
-                    "warmup": client.request_body("<prompt token ids>", 8)}})
+                    self.run.set_server(arm.name, props)
+            if arm.name not in info.request_templates:  # what each request sends
+                self.run.set_request_templates(arm.name, request_templates(self.cfg, client))
             for task in self.tasks:
                 if task.cold:
                     self._task(task, ctx)
-            seed = (meta.get("seed") or 0) * 100003 + slot.index
+            seed = (info.seed or 0) * 100003 + slot.index
             for w_index, workload in enumerate(self.cfg.workloads):
                 prompts = PromptMaker(client, seed=seed * 31 + w_index,
-                                      source_text=prompt_text(self.cfg, w_index))
+                                      source_text=self.prompts[w_index])
                 if w_index == 0:
                     self._warmup(slot, arm, server, client, prompts)
                 if workload.load is not None:
@@ -506,6 +513,15 @@ def arm_meta(a: ResolvedArm) -> dict[str, Any]:
                       "patch": [list(p) for p in a.git.patch or []],
                       "describe": a.git.describe()}
     return out
+
+
+def request_templates(cfg: Config, client: Client) -> dict[str, Any]:
+    """What each request of an arm sends: one body per workload (by its title, with
+    its own decode length or load output length), and the warm-up's."""
+    bodies = {w.title: client.request_body(
+        "<prompt token ids>", w.load.output_tokens if w.load is not None else w.decode_tokens)
+        for w in cfg.workloads}
+    return {"workloads": bodies, "warmup": client.request_body("<prompt token ids>", 8)}
 
 
 def order_seed(meta: dict[str, Any]) -> int:

@@ -55,7 +55,7 @@ from abbench.campaign.runner import Campaign, Resumption, RunOptions, RunOutcome
 from abbench.config.schema import Config, config_for_storage, load_config
 from abbench.errors import ConfigError, Interrupted
 from abbench.model.schedule import new_seed
-from abbench.model.shards import plan_shards, shard_schedule
+from abbench.model.shardplan import plan_shards, shard_schedule
 from abbench.server.interrupts import handle_signals
 from abbench.store.run import SCHEMA_VERSION, Run, new_run_id, open_run
 from abbench.version import __version__
@@ -346,11 +346,10 @@ def follow(folder: Path, *, progress: Progress, poll_s: float = 2.0,
                 if what != last or time.monotonic() - last_t >= EVERY_S:
                     progress.log(line)
                     last, last_t = what, time.monotonic()
-                unknown = {i for i, s in states.items() if s["state"] == slurm.UNKNOWN}
-                ended = all(slurm.is_terminal(s["state"]) for s in states.values())
-                if ended and unknown <= unknown_before:
+                ended, unknown_before = slurm.settled(
+                    {i: s["state"] for i, s in states.items()}, unknown_before)
+                if ended or not states:  # nothing submitted: nothing to follow
                     break
-                unknown_before = unknown
                 if deadline is not None and time.monotonic() >= deadline:
                     raise Interrupted(f"stopped following after {timeout_s:g} s",
                                       hint=_follow_hint(folder, jobs))
@@ -366,7 +365,22 @@ def follow(folder: Path, *, progress: Progress, poll_s: float = 2.0,
 
 def _follow_hint(folder: Path, jobs: list[str]) -> str:
     return (f"`abbench run --resume {folder}` follows them again and gathers; "
-            f"`scancel {' '.join(jobs)}` stops them")
+            f"`abbench cancel {folder}` stops them")
+
+
+def cancel_campaign(folder: Path) -> list[str]:
+    """Cancel every Slurm job the campaign submitted (each noted in its ``<job>.cancel``,
+    so a task cancelled while pending reads CANCELLED, not UNKNOWN); the jobs cancelled.
+    ``abbench run --resume`` then gathers what the shards measured and submits again
+    those short of their rounds."""
+    camp = load_campaign(folder)
+    jobs = list(dict.fromkeys(str(s["job"]) for s in camp.get("submissions") or []))
+    if not jobs:
+        raise ConfigError(f"campaign {camp.get('id')} submitted no Slurm job",
+                          where=str(folder), hint="only a Slurm campaign has jobs to cancel")
+    for job in jobs:
+        slurm.cancel(job, output_dir=folder / "slurm")
+    return jobs
 
 
 @dataclass

@@ -38,7 +38,8 @@ Steps 2 to 5 run only for the tasks that step 1 did not list. For each task, the
 terminal state found wins. A task that no source knows is ``UNKNOWN``: it ended
 without accounting and its status file is missing, it started and was killed before
 it could write its outcome, or someone else scancel'ed it while it was pending.
-:func:`wait` takes UNKNOWN as final only when two polls in a row return it.
+:func:`settled` (the rule of :func:`wait` and of a campaign's follow) takes UNKNOWN as
+final only when two polls in a row return it.
 """
 
 from __future__ import annotations
@@ -474,6 +475,16 @@ def count_states(states: Mapping[int, str]) -> str:
     return ", ".join(f"{n} {state}" for state, n in counts.most_common())
 
 
+def settled(states: Mapping[int, str], unknown_before: set[int]) -> tuple[bool, set[int]]:
+    """The one rule of every poller here: the tasks are done when each is terminal and
+    no task is UNKNOWN that was not UNKNOWN at the previous poll (UNKNOWN is final only
+    when two polls in a row return it). Returns (done, the UNKNOWN tasks now: the next
+    poll's ``unknown_before``)."""
+    unknown = {t for t, s in states.items() if s == UNKNOWN}
+    return bool(states) and all(is_terminal(s) for s in states.values()) \
+        and unknown <= unknown_before, unknown
+
+
 def wait(job_id: str, *, n_tasks: int | None = None,
          output_dir: str | os.PathLike[str] | None = None,
          on_progress: Callable[[dict[int, str]], None] | None = None,
@@ -493,8 +504,8 @@ def wait(job_id: str, *, n_tasks: int | None = None,
             if on_progress is not None:
                 on_progress(dict(states))
             last = states
-        unknown = {t for t, s in states.items() if s == UNKNOWN}
-        if states and all(is_terminal(s) for s in states.values()) and unknown <= unknown_before:
+        done, unknown = settled(states, unknown_before)
+        if done:
             return states
         if not states and empty_before:
             raise SchedulerError(f"job {job_id} is unknown to squeue, scontrol and sacct",
@@ -506,5 +517,6 @@ def wait(job_id: str, *, n_tasks: int | None = None,
             raise SchedulerError(f"job {job_id} not done after {timeout_s:g} s: "
                                  f"{count_states(states) or 'no tasks listed'}",
                                  where=f"job {job_id}",
-                                 hint=f"its tasks keep running; `scancel {job_id}` stops them")
+                                 hint=f"its tasks keep running; `abbench cancel CAMPAIGN` (or "
+                                      f"`scancel {job_id}`) stops them")
         _time.sleep(poll_s)

@@ -280,7 +280,7 @@ BuildStep = str | list[str]
 
 class SourceConfig(_Frozen):
     """``sources: NAME: {repo, build, artifacts}``: a repository and how to build it
-    (:class:`abbench.server.build.Source`)."""
+    (:class:`abbench.server.git.Source`)."""
 
     repo: str = Field(description="a local path (relative to the arms file) or a URL")
     build: str | list[BuildStep] = Field(
@@ -507,14 +507,17 @@ class Workload(_Frozen):
         return "decode + side calls" if self.side_calls else "decode"
 
     def row_name(self, context: int) -> str:
-        """The row id stored with every sample (``workload`` in samples.jsonl)."""
-        base = self.title
-        if base.startswith("decode"):
-            return f"decode {format_context(context)}{base[len('decode'):]}"
-        return f"{base} {format_context(context)}"
+        """The row id stored with every sample (``workload`` in samples.jsonl): the
+        title and the context; the context goes after a first word ``decode``
+        (``decode 32K + side calls``, ``decode 32K (128 tok)``), else at the end
+        (``decoder 1K``, ``decode-128 1K``)."""
+        ctx = format_context(context)
+        if self.title == "decode" or self.title.startswith("decode "):
+            return f"decode {ctx}{self.title.removeprefix('decode')}"
+        return f"{self.title} {ctx}"
 
     def row_key(self, context: int) -> RowKey:
-        return RowKey(self.row_name(context), context, self.decode_tokens,
+        return RowKey(self.row_name(context), "", context, self.decode_tokens,
                       self.side_calls is not None)
 
     def load_row(self, level: LoadLevel) -> str:
@@ -524,7 +527,7 @@ class Workload(_Frozen):
     def row_keys(self) -> list[RowKey]:
         """Every row this workload makes."""
         if self.load is not None:
-            return [RowKey(self.load_row(lv), self.load.prompt_tokens, self.load.output_tokens)
+            return [RowKey(self.load_row(lv), "", self.load.prompt_tokens, self.load.output_tokens)
                     for lv in self.load.levels()]
         return [self.row_key(c) for c in self.contexts]
 
@@ -607,16 +610,16 @@ class Config(_Frozen):
         seen: dict[str, int] = {}
         for i, w in enumerate(workloads):
             for key in w.row_keys():
-                if key.row in seen:
-                    j = seen[key.row]
+                if key.workload in seen:
+                    j = seen[key.workload]
                     raise PydanticCustomError(
                         "duplicate_row",
                         "workloads[{j}] ({a}) and workloads[{i}] ({b}) both make the row "
                         "{row}; give one a name: (e.g. name: {hint}) or other contexts",
                         {"j": j, "i": i, "a": _describe(workloads[j]), "b": _describe(w),
-                         "row": repr(key.row),
+                         "row": repr(key.workload),
                          "hint": f"load-{i}" if w.load else f"decode-{w.decode_tokens}"})
-                seen[key.row] = i
+                seen[key.workload] = i
         return workloads
 
     @model_validator(mode="after")

@@ -46,7 +46,7 @@ class StatsConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     alpha: float = Field(0.05, gt=0, lt=0.5, description="significance level of each verdict "
-                         "(Holm-corrected across the table's comparisons)")
+                         "(Benjamini-Hochberg across the table's compared cells)")
     noise_band: Fraction = Field(0.01, description="changes inside ±band are noise (1% = 0.01)")
     noise_bands: dict[str, Fraction] = Field(default_factory=dict,
                                              description="per-metric bands, e.g. {ttft_ms: 3%}")

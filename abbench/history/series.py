@@ -24,7 +24,7 @@ from abbench.errors import ConfigError, StoreError
 from abbench.model.metrics import Direction, spec
 from abbench.model.records import Sample, WorkloadSample
 from abbench.model.rounds import comparable_records
-from abbench.report.markdown import render_cell
+from abbench.report.markdown import header_text, render_cell
 from abbench.report.table import Table
 from abbench.stats import regression
 from abbench.store.index import Index, RunInfo
@@ -357,7 +357,7 @@ def table_html(table: Table) -> str:
         f"<tr><th>{html.escape(r.label)}</th>"
         + "".join(f"<td>{html.escape(render_cell(r, a))}</td>" for a in table.arms)
         + "</tr>" for r in table.rows)
-    return (f"<p>{html.escape(table.header.replace('`', ''))}</p>\n"
+    return (f"<p>{html.escape(header_text(table).replace('`', ''))}</p>\n"
             f"<table><tr><th></th>{head}</tr>{rows}</table>\n")
 
 

@@ -157,8 +157,9 @@ class WorkloadSample(Sample):
     system_fingerprint: str | None = None
     server_metrics: dict[str, object] | None = None
 
-    def row_key(self) -> RowKey:
-        return RowKey(self.workload, self.context, self.decode_tokens,
+    def row_key(self, metric: str = "") -> RowKey:
+        """The row of this sample's ``metric`` (its whole key, not only its row id)."""
+        return RowKey(self.workload, metric, self.context, self.decode_tokens,
                       self.side_calls is not None)
 
 

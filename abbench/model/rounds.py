@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from abbench.model.records import Record, Sample, SlotRecord
+from abbench.model.records import Record, Sample, SlotRecord, WorkloadSample
+from abbench.model.rows import RowKey
 from abbench.model.schedule import Slot
 
 Pair = tuple[str, int]  # (arm, round)
@@ -119,19 +120,45 @@ def plan_resume(records: list[Record], meta: dict[str, Any]
     return slots, reruns
 
 
-RoundValues = dict[tuple[str, str], dict[str, dict[int, float]]]
+RoundValues = dict[RowKey, dict[str, dict[int, float]]]
+
+
+def row_shapes(records: Iterable[Record]) -> tuple[dict[tuple[int | None, str], RowKey],
+                                                    dict[str, RowKey]]:
+    """What each row id measured, from the workload's own samples: by (server life,
+    row id), and by row id alone (its first shape) for records of a life without one."""
+    by_life: dict[tuple[int | None, str], RowKey] = {}
+    by_id: dict[str, RowKey] = {}
+    for rec in records:
+        if isinstance(rec, WorkloadSample):
+            key = rec.row_key()
+            by_life.setdefault((rec.slot, rec.workload), key)
+            by_id.setdefault(rec.workload, key)
+    return by_life, by_id
+
+
+def row_key(rec: Sample, metric: str,
+            shapes: tuple[dict[tuple[int | None, str], RowKey], dict[str, RowKey]]) -> RowKey:
+    """The whole row key of ``rec``'s ``metric``: a collector's window of a workload row
+    takes that row's context, decode length and side calls (see :func:`row_shapes`)."""
+    if isinstance(rec, WorkloadSample):
+        return rec.row_key(metric)
+    by_life, by_id = shapes
+    shape = by_life.get((rec.slot, rec.workload)) or by_id.get(rec.workload)
+    return shape.of(metric) if shape is not None else RowKey(rec.workload, metric)
 
 
 def round_values(records: list[Record]) -> RoundValues:
-    """(workload, metric) -> arm -> round -> mean of the valid reps."""
-    acc: dict[tuple[str, str], dict[str, dict[int, list[float]]]] = defaultdict(
+    """Row (the whole key) -> arm -> round -> mean of the valid reps."""
+    acc: dict[RowKey, dict[str, dict[int, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list)))
+    shapes = row_shapes(records)
     for rec in records:
         if not isinstance(rec, Sample) or not rec.valid:
             continue
         for metric, value in rec.metrics.items():
             if value is None or not math.isfinite(value):
                 continue
-            acc[(rec.workload, metric)][rec.arm][rec.round].append(float(value))
+            acc[row_key(rec, metric, shapes)][rec.arm][rec.round].append(float(value))
     return {k: {arm: {r: statistics.fmean(v) for r, v in rounds.items()}
                 for arm, rounds in by_arm.items()} for k, by_arm in acc.items()}

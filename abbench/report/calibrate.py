@@ -9,7 +9,7 @@ from typing import Any
 from abbench.config.stats import StatsConfig
 from abbench.model.records import Record
 from abbench.model.rounds import comparable_records
-from abbench.report.table import Table
+from abbench.report.tablemodel import Table
 from abbench.report.text import md_escape
 from abbench.stats.paired import rounds_needed
 from abbench.stats.variance import (

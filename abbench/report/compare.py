@@ -13,9 +13,8 @@ from abbench.model.records import Record, Sample
 from abbench.model.rounds import comparable_records
 from abbench.report.formats import render_csv, render_json
 from abbench.report.markdown import render_markdown
-from abbench.report.notes import fault_notes, load_notes
-from abbench.report.setup import fill_vars, flag_diffs, run_setup
-from abbench.report.table import Table, build_table
+from abbench.report.setup import fill_vars, flag_diffs
+from abbench.report.table import Note, Table, compute_table, table_of
 from abbench.store.run import Run, open_run
 
 Format = Literal["md", "json", "csv"]
@@ -25,21 +24,6 @@ RENDERERS = {"md": render_markdown, "json": render_json, "csv": render_csv}
 
 def render(table: Table, fmt: Format) -> str:
     return RENDERERS[fmt](table)
-
-
-def table_of(records: list[Record], meta: dict[str, Any], *,
-             baseline: str | None = None, rows: Literal["table", "all"] = "table",
-             config: dict[str, Any] | None = None) -> Table:
-    """The table of a run's records, as the run itself renders it: Pinpoint's rule
-    leaves a round with a failed (arm, round) pair out of the comparison whole, and
-    the notes say which pair failed and why. ``config``: the stored config.yaml, for
-    the setup line and each arm's differences from the baseline."""
-    kept = comparable_records(records, meta)
-    table = build_table(kept, meta, baseline=baseline, rows=rows)
-    table.setup = run_setup(meta, config, table.baseline)
-    table.notes.extend(fault_notes(records, meta))
-    table.notes.extend(load_notes(kept))
-    return table
 
 
 def run_table(run: Run, *, baseline: str | None = None, problems: list[str] | None = None,
@@ -117,44 +101,39 @@ def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,
     meta = {"id": f"{run_a.id} vs {run_b.id}", "baseline": key_a,
             "arms": [{"name": key_a, "label": label(run_a, info_a)},
                      {"name": key_b, "label": label(run_b, info_b)}]}
-    table = build_table(records, meta)
+    table = compute_table(records, meta)  # each side made comparable by _side
     n_a = len({r.round for r in records if r.arm == key_a})
     n_b = len({r.round for r in records if r.arm == key_b})
-    table.header = (f"abbench compare: run `{run_a.id}` arm {info_a['name']} (baseline) "
-                    f"against run `{run_b.id}` arm {info_b['name']}; rounds paired by index "
-                    f"({min(n_a, n_b)} pairs of {n_a} and {n_b} rounds)")
-    unlike = unlike_runs(run_a, info_a, run_b, info_b) if not same_run else []
-    if unlike:  # at the top: a reader must see it before the numbers
-        table.header += ("\n\n**Warning: the two sides did not measure the same thing**: "
-                         + "; ".join(unlike) + ". Rows measured by one side only read "
-                         "\"no data\"; a changed row may be the difference in setup.")
+    table.header = [Note("compare", {"run_a": run_a.id, "arm_a": info_a["name"],
+                                     "run_b": run_b.id, "arm_b": info_b["name"],
+                                     "rounds_a": n_a, "rounds_b": n_b})]
+    unlike = None if same_run else unlike_runs(run_a, info_a, run_b, info_b)
+    if unlike is not None:  # at the top: a reader must see it before the numbers
+        table.header.append(unlike)
     if not same_run:
-        table.notes.append("Warning: these arms ran in different runs, not interleaved: "
-                           "drift between the runs (machine load, clocks, temperature, "
-                           "software) counts as a difference. Trust an interleaved run "
-                           "of both arms over this table.")
+        table.notes.append(Note("compare_not_interleaved"))
         env_a, env_b = meta_a.get("environment") or {}, meta_b.get("environment") or {}
         for k in ("host", "gpu_summary", "cpu", "driver"):
             if env_a.get(k) != env_b.get(k):
-                table.notes.append(f"The runs differ in {k}: {env_a.get(k)!r} against "
-                                   f"{env_b.get(k)!r}.")
+                table.notes.append(Note("compare_environment_differs",
+                                        {"field": k, "a": env_a.get(k), "b": env_b.get(k)}))
     return table
 
 
-def _workloads(config: dict[str, Any]) -> str:
-    """``decode: contexts 32768, 65536 + 128 decode tokens; load: ...`` of a stored
-    config, for messages."""
-    parts = []
+def _workloads(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stored config's workloads as data: name, and its load or its contexts and
+    decode tokens."""
+    out = []
     for w in config.get("workloads") or []:
         if not isinstance(w, dict):
             continue
         name = w.get("name") or ("load" if w.get("load") else "decode")
         if w.get("load"):
-            parts.append(f"{name}: load {w['load']}")
+            out.append({"name": name, "load": w["load"]})
         else:
-            ctx = ", ".join(str(c) for c in w.get("contexts") or [])
-            parts.append(f"{name}: contexts {ctx} + {w.get('decode_tokens')} decode tokens")
-    return "; ".join(parts) or "none"
+            out.append({"name": name, "contexts": list(w.get("contexts") or []),
+                        "decode_tokens": w.get("decode_tokens")})
+    return out
 
 
 def _argv(config: dict[str, Any], arm: str) -> list[str] | None:
@@ -166,20 +145,19 @@ def _argv(config: dict[str, Any], arm: str) -> list[str] | None:
 
 
 def unlike_runs(run_a: Run, info_a: dict[str, Any], run_b: Run,
-                info_b: dict[str, Any]) -> list[str]:
+                info_b: dict[str, Any]) -> Note | None:
     """What differs between two runs' setups that a comparison of their arms would
     read as the arms' difference: the workloads (contexts, decode tokens) and the
-    compared arms' start commands."""
+    compared arms' start commands; None when nothing does (or a config is missing)."""
     ca, cb = stored_config(run_a.path), stored_config(run_b.path)
     if ca is None or cb is None:
-        return []
-    out = []
+        return None
     wa, wb = _workloads(ca), _workloads(cb)
-    if wa != wb:
-        out.append(f"workloads {wa} (`{run_a.id}`) against {wb} (`{run_b.id}`)")
     argv_a, argv_b = _argv(ca, info_a["name"]), _argv(cb, info_b["name"])
-    if argv_a is not None and argv_b is not None:
-        flags = flag_diffs(argv_a, argv_b)
-        if flags:
-            out.append("start command of the second side: " + ", ".join(f"`{f}`" for f in flags))
-    return out
+    flags = list(flag_diffs(argv_a, argv_b)) if argv_a is not None and argv_b is not None \
+        else []
+    if wa == wb and not flags:
+        return None
+    return Note("compare_unlike", {"run_a": run_a.id, "run_b": run_b.id,
+                                   "workloads_a": wa if wa != wb else None,
+                                   "workloads_b": wb if wa != wb else None, "flags": flags})

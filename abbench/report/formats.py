@@ -11,7 +11,7 @@ from typing import Any
 
 from abbench.report import quality_text
 from abbench.report.summary import summary_of
-from abbench.report.table import Table
+from abbench.report.tablemodel import Table
 from abbench.stats.paired import as_json
 
 
@@ -46,9 +46,11 @@ def render_json(table: Table) -> str:
         "invalid": table.invalid,
         "failed": [{"arm": f.arm, "round": f.round, "reason": f.reason}
                    for f in table.failed_slots],
-        "footer": table.footer,
+        "header": [asdict(n) for n in table.header],
+        "footer": [asdict(n) for n in table.footer],
+        "notes": [asdict(n) for n in table.notes],
         "setup": asdict(table.setup) if table.setup is not None else None,
-        "summary": summary_of(table),
+        "summary": [asdict(a) for a in summary_of(table)],
         "quality": quality_text.to_json(table.quality),
     }
     return json.dumps(out, indent=2, default=str) + "\n"

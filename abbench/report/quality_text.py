@@ -19,7 +19,7 @@ from abbench.report.quality import (
     stability,
     typical_outputs,
 )
-from abbench.report.table import Row, Table
+from abbench.report.tablemodel import Row, Table
 from abbench.report.text import md_escape
 
 

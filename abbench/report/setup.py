@@ -1,8 +1,8 @@
 """What was compared, said with the table: the setup line (server, model, machine,
 rounds, order, seed), each arm's differences from the baseline (flags, environment,
 commit), as compare-llama-bench adds every differing parameter, and a one-line
-summary of what changed (:mod:`.summary`). Data here (frozen), rendered by
-:func:`render_setup`."""
+summary of what changed (:mod:`.summary`). Data here (frozen), carried whole in
+report.json; :mod:`abbench.report.markdown` puts it in words."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from typing import Any
 
 from abbench.model.metrics import spec
 from abbench.model.records import Record, Sample
-from abbench.report.text import md_escape
 
 #: memory peaks a server life shows as it ends
 _PEAKS = ("peak_vram_mib", "peak_rss_mib")
@@ -153,24 +152,6 @@ def run_setup(meta: dict[str, Any], config: dict[str, Any] | None,
         commit = commits.get(name) if commits.get(name) != commits.get(baseline) else None
         diffs.append(ArmDiff(str(labels.get(name, name)), flags, env, commit))
     return RunSetup(setup, labels.get(baseline, baseline), tuple(diffs))
-
-
-def render_setup(s: RunSetup) -> list[str]:
-    """Markdown lines: the setup line, then each arm's differences from the baseline."""
-    st = s.setup
-    parts = [p for p in (st.server and f"server {st.server}", st.model and f"model {st.model}",
-                         st.machine) if p]
-    rounds = f"{st.rounds} round{'s' if st.rounds != 1 else ''}"
-    reps = f" x {st.reps} repetitions" if st.reps != 1 else ""
-    seed = f", seed {st.seed}" if st.seed is not None and st.order == "interleaved" else ""
-    lines = [f"Setup: {md_escape(', '.join(parts))}; {rounds}{reps}, order {st.order}{seed}."]
-    if s.diffs:
-        lines += ["", f"Differences from the baseline ({md_escape(s.baseline)}):", ""]
-        for d in s.diffs:
-            what = [f"`{x}`" for x in d.flags] + [f"env `{x}`" for x in d.env]
-            what += [f"commit `{d.commit[:12]}`"] if d.commit else []
-            lines.append(f"- {md_escape(d.arm)}: {', '.join(what) or 'same start command'}")
-    return lines
 
 
 def life_line(records: list[Record], arm: str, round_: int) -> str | None:

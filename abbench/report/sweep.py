@@ -18,6 +18,7 @@ from typing import Any
 from abbench.config.stats import StatsConfig
 from abbench.model.records import LoadSample, Record
 from abbench.model.rounds import comparable_records, round_values
+from abbench.model.rows import RowKey
 from abbench.stats.paired import compare
 
 X_METRIC = "load_output_tok_s"
@@ -38,11 +39,11 @@ def sweep_points(records: list[Record], meta: dict[str, Any]
     settings = StatsConfig.model_validate(meta.get("stats") or {})
     arms = [a["name"] for a in meta["arms"]]
     base = meta.get("baseline") or arms[0]
-    levels: dict[str, list[tuple[str, str]]] = {}  # title -> [(row, level)]
+    levels: dict[str, list[tuple[RowKey, str]]] = {}  # title -> [(row, level)]
     for r in records:
         if isinstance(r, LoadSample) and r.level:
-            row, level = r.workload, r.level
-            title = row[: -len(level) - 1] if row.endswith(" " + level) else row
+            row, level = r.row_key(), r.level
+            title = r.workload.removesuffix(" " + level)
             if (row, level) not in levels.setdefault(title, []):
                 levels[title].append((row, level))
     values = round_values(records)
@@ -52,7 +53,7 @@ def sweep_points(records: list[Record], meta: dict[str, Any]
         for row, level in rows:
             points = {a: Point(level) for a in arms}
             for metric in (X_METRIC, *(m for m, _ in Y_METRICS)):
-                by_arm = values.get((row, metric), {})
+                by_arm = values.get(row.of(metric), {})
                 b = by_arm.get(base)
                 if not b:
                     continue

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from abbench.model.rows import SERVER_ROW
-from abbench.report.table import Table
+from abbench.report.tablemodel import Table
 from abbench.report.text import md_escape
 from abbench.stats.blocks import BlockComparison
 from abbench.stats.paired import Comparison

@@ -20,15 +20,8 @@ from typing import Any
 
 from abbench.config.schema import ArmConfig, Config, GitSpec
 from abbench.errors import ConfigError
-from abbench.server.build import (
-    BuildError,
-    BuiltArm,
-    FetchError,
-    GitRef,
-    Mirror,
-    Source,
-    ensure_built,
-)
+from abbench.server.build import BuiltArm, ensure_built
+from abbench.server.git import BuildError, FetchError, GitRef, Mirror, Source
 
 Log = Callable[[str], None]
 
@@ -161,10 +154,12 @@ def gitref_of(g: GitSpec) -> GitRef:
 
 
 def build_arms(cfg: Config, *, cache: Path | str | None = None, jobs: int | None = None,
-               log: Log | None = None) -> tuple[Config, dict[str, BuiltArm]]:
+               log: Log | None = None, echo: Log | None = None
+               ) -> tuple[Config, dict[str, BuiltArm]]:
     """Build (or find) every git arm of a pinned ``cfg``; the config with each arm's
     placeholders filled, and arm name -> :class:`BuiltArm`. A failed build raises
-    :class:`BuildError` (exit 2) before any server starts."""
+    :class:`BuildError` (exit 2) before any server starts. ``echo`` gets each line of a
+    build's log while it builds."""
     built: dict[str, BuiltArm] = {}
     arms: list[ArmConfig] = []
     for a in cfg.arms:
@@ -175,7 +170,8 @@ def build_arms(cfg: Config, *, cache: Path | str | None = None, jobs: int | None
         if log:
             log(f"build {a.name}: {a.git.source} {a.git.describe()}")
         with _at(cfg, a):
-            b = ensure_built(gitref_of(a.git), src, cache=cache, jobs=jobs, fetch=False)
+            b = ensure_built(gitref_of(a.git), src, cache=cache, jobs=jobs, fetch=False,
+                             echo=echo)
         if log:
             log(f"  {'cache hit' if b.cached else 'built'} in {b.seconds:.1f} s: {b.dir}")
         built[a.name] = b

@@ -1,8 +1,8 @@
-"""Ready-made build recipes (:class:`abbench.server.build.Source`) for known servers."""
+"""Ready-made build recipes (:class:`abbench.server.git.Source`) for known servers."""
 
 from __future__ import annotations
 
-from abbench.server.build import Source
+from abbench.server.git import Source
 
 # The flags of scripts/realparts.sh: a static CPU build, AVX2/FMA/F16C, GGML_NATIVE off
 # (native builds of this llama.cpp version crash on VMs that report AMX).

@@ -271,8 +271,8 @@ class Index:
                             "its values are left out of the index")
             values = {}
         db.executemany("INSERT INTO vals VALUES (?, ?, ?, ?, ?, ?)",
-                       [(run_id, arm, workload, metric, rnd, v)
-                        for (workload, metric), by_arm in values.items()
+                       [(run_id, arm, key.workload, key.metric, rnd, v)
+                        for key, by_arm in values.items()
                         for arm, rounds in by_arm.items() for rnd, v in rounds.items()])
         db.executemany("INSERT INTO problems VALUES (?, ?)", [(run_id, m) for m in problems])
 

@@ -32,6 +32,7 @@ import yaml
 
 from abbench.errors import StoreError
 from abbench.model.records import Record, RecordError, parse_record
+from abbench.model.runmeta import MetaError, RunMeta, UntilCiState, parse_meta
 from abbench.server.interrupts import shielded
 
 SCHEMA_VERSION = 1
@@ -250,8 +251,47 @@ class Run:
                              hint="give a run id listed by abbench ls") from None
         except (OSError, ValueError) as e:
             raise StoreError(f"run.json cannot be read: {e}", where=str(self.path)) from None
-        check_schema(meta.get("schema"), where=str(self.path / RUN_FILE))
+        check_schema(meta.get("schema") if isinstance(meta, dict) else None,
+                     where=str(self.path / RUN_FILE))
+        self._typed(meta)
         return meta
+
+    def _typed(self, meta: Any) -> RunMeta:
+        if not isinstance(meta, dict):
+            raise StoreError(f"run.json holds a {type(meta).__name__}, not a mapping",
+                             where=str(self.path / RUN_FILE),
+                             hint="restore run.json (abbench writes it as a JSON object)")
+        try:
+            return parse_meta(meta)
+        except MetaError as e:
+            raise StoreError("run.json has a field of the wrong type: "
+                             + "; ".join(e.problems[:5])
+                             + (f"; and {len(e.problems) - 5} more" if len(e.problems) > 5
+                                else ""),
+                             where=str(self.path / RUN_FILE),
+                             hint="restore the field as abbench wrote it (or the whole "
+                                  "run.json from a copy)") from None
+
+    def info(self) -> RunMeta:
+        """run.json typed (:class:`RunMeta`), validated as :meth:`meta` reads it."""
+        return self._typed(self.meta())
+
+    # ------------------------------------------------------------ typed updates
+    def set_until_ci(self, state: UntilCiState,
+                     schedule: list[tuple[int, int, str]] | None = None) -> None:
+        """Record an --until-ci look (and the schedule it extended)."""
+        changes: dict[str, Any] = {"until_ci": state.data()}
+        if schedule is not None:
+            changes["schedule"] = [list(s) for s in schedule]
+        self.update_meta(**changes)
+
+    def set_server(self, arm: str, props: dict[str, Any]) -> None:
+        """What an arm's server said about itself (llama.cpp /props), once per arm."""
+        self.update_meta(servers={**self.info().servers, arm: props})
+
+    def set_request_templates(self, arm: str, templates: dict[str, Any]) -> None:
+        """What each request of an arm sends, by workload, once per arm."""
+        self.update_meta(request_templates={**self.info().request_templates, arm: templates})
 
     def records(self, problems: list[str] | None = None) -> list[Record]:
         """Every record stored so far (as :func:`iter_records` reads them). The runner

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from abbench.server.build import GitRef, ensure_built, list_builds
+from abbench.server.build import ensure_built
+from abbench.server.buildcache import list_builds
+from abbench.server.git import GitRef
 from abbench.server.recipes import llama_cpp
 
 ROOT = Path(__file__).resolve().parents[2]

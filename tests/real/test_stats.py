@@ -20,7 +20,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from abbench.cli import app
-from abbench.report.table import build_table
+from abbench.report.table import table_of
 from abbench.store.run import Run
 from tests.conftest import llama_start, no_process_left, write_arms
 
@@ -77,7 +77,7 @@ def test_calibrate_aa_never_says_changed(tmp_path: Path, results: Path,
     assert cells and all(c["verdict"] != "changed" for c in cells.values()), cells
     # every metric measured (not only the table rows): still no "changed"
     run = Run(run_dir)
-    table = build_table(run.records(), run.meta(), metrics=[
+    table = table_of(run.records(), run.meta(), metrics=[
         "decode_tok_s", "prefill_tok_s", "ttft_ms", "server_decode_tok_s"])
     verdicts = {r.metric: r.cells["f16-twin"].comparison.verdict for r in table.rows
                 if r.cells["f16-twin"].comparison is not None}
@@ -99,7 +99,7 @@ def test_q4_kv_cache_against_f16_is_changed_and_worse(tmp_path: Path, results: P
     assert no_process_left(marker)
     (run_dir,) = list(results.iterdir())
     run = Run(run_dir)
-    table = build_table(run.records(), run.meta(), metrics=["prefill_tok_s", "decode_tok_s"])
+    table = table_of(run.records(), run.meta(), metrics=["prefill_tok_s", "decode_tok_s"])
     got = {r.metric: r.cells["q4"].comparison for r in table.rows}
     prefill, decode = got["prefill_tok_s"], got["decode_tok_s"]
     print(f"prefill: {prefill}\ndecode: {decode}")

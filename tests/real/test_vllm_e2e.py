@@ -71,7 +71,7 @@ def test_real_ab_of_two_vllm_arms(results: Path):
     fps = [x for x in recs if x["type"] == "system_fingerprint"]
     assert len(fps) == 4 and all(f["fingerprints"][0].startswith("vllm-0.32.0-") for f in fps)
     meta = json.loads((run / "run.json").read_text())
-    tpl = meta["request_templates"]["pc-off"]["decode"]
+    tpl = meta["request_templates"]["pc-off"]["workloads"]["decode"]
     assert tpl["repetition_penalty"] == 1.0 and tpl["seed"] == 0 and tpl["min_tokens"] == 32
     assert "| | prefix caching on | prefix caching off |" in r.stdout
     assert "vLLM metrics.generation_time_ms" in r.stdout  # the timing agreement line
@@ -97,7 +97,7 @@ def test_real_ab_of_two_sglang_arms(results: Path):
     assert len(counters) == 4 and all(c["ok"] and c["missing"] == [] for c in counters)
     meta = json.loads((run / "run.json").read_text())
     assert all(meta["servers"][a] for a in ("radix-on", "radix-off"))  # /server_info
-    tpl = meta["request_templates"]["radix-off"]["decode"]
+    tpl = meta["request_templates"]["radix-off"]["workloads"]["decode"]
     assert tpl["repetition_penalty"] == 1.0 and tpl["seed"] == 0 and tpl["min_tokens"] == 32
     assert "| | radix cache on | radix cache off |" in r.stdout
     assert no_process_left(str(run))

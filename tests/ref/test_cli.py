@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REFSERVER, no_process_left, write_arms
+from tests.conftest import REFSERVER, no_process_left, no_server_left, write_arms
+from tests.faultkit import own_refserver
 
 
 def arms_yaml(slow_flags: str = "", fast_flags: str = "", rounds: int = 2,
-              extra: str = "", decode_tokens: int = 40) -> str:
+              extra: str = "", decode_tokens: int = 40, server: Path = REFSERVER) -> str:
     py = sys.executable
     return f"""
 rounds: {rounds}
@@ -26,10 +27,10 @@ defaults:
 arms:
   - name: slow
     label: "prod ecb52158"
-    start: [{py}, {REFSERVER}, --port, "{{port}}", --rate, "200" {slow_flags}]
+    start: [{py}, {server}, --port, "{{port}}", --rate, "200" {slow_flags}]
   - name: fast
     label: "this PR"
-    start: [{py}, {REFSERVER}, --port, "{{port}}", --rate, "220" {fast_flags}]
+    start: [{py}, {server}, --port, "{{port}}", --rate, "220" {fast_flags}]
 workloads:
   - contexts: [256, 1K]
     decode_tokens: {decode_tokens}
@@ -69,7 +70,8 @@ def test_delta_matches_known_rates(tmp_path: Path, results: Path):
     meta = json.loads((run / "run.json").read_text())
     assert meta["status"] == "complete" and meta["seed"] == 42
     assert (run / "logs" / "slow-r0.log").exists()
-    assert no_process_left(str(REFSERVER))
+    assert all(isinstance(x.get("pid"), int) for x in records if x["type"] == "slot")
+    assert no_server_left(run)  # the PIDs of the servers this run started
 
 
 def test_invalid_samples_are_flagged(tmp_path: Path, results: Path):
@@ -106,13 +108,14 @@ def test_run_order_is_the_one_validate_prints(tmp_path: Path, results: Path):
 
 
 def test_validate_prints_the_plan_and_starts_nothing(tmp_path: Path):
-    arms = write_arms(tmp_path / "arms.yaml", arms_yaml())
+    server = own_refserver(tmp_path)  # its own path: a process of it is this test's
+    arms = write_arms(tmp_path / "arms.yaml", arms_yaml(server=server))
     r = abbench("validate", str(arms))
     assert r.returncode == 0, r.stderr
     assert "slow (baseline)" in r.stdout and "seed 42" in r.stdout
     assert "workload requests: 3 per server life (1 warm-up), 12 in all over 4 server lives" \
         in r.stdout
-    assert no_process_left(str(REFSERVER))
+    assert no_process_left(str(server))
 
 
 @pytest.mark.parametrize(("change", "field"), [
@@ -122,12 +125,13 @@ def test_validate_prints_the_plan_and_starts_nothing(tmp_path: Path):
 ])
 def test_bad_config_exits_2_with_file_field_and_hint(tmp_path: Path, results: Path, change,
                                                       field):
-    arms = write_arms(tmp_path / "bad.yaml", arms_yaml().replace(*change, 1))
+    server = own_refserver(tmp_path)
+    arms = write_arms(tmp_path / "bad.yaml", arms_yaml(server=server).replace(*change, 1))
     for cmd in (["validate", str(arms)], ["run", str(arms), "--results", str(results)]):
         r = abbench(*cmd)
         assert r.returncode == 2, r.stderr
         assert str(arms) in r.stderr and field in r.stderr and "hint:" in r.stderr
     assert not results.exists() or not any(results.iterdir())
-    assert no_process_left(str(REFSERVER))
+    assert no_process_left(str(server))
 
 

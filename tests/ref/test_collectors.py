@@ -13,8 +13,8 @@ import pytest
 from abbench.campaign.runner import Campaign, RunOptions
 from abbench.config.schema import load_config
 from abbench.report.markdown import render_markdown
-from abbench.report.table import build_table
-from tests.conftest import no_process_left, refserver_start, write_arms
+from abbench.report.table import table_of
+from tests.conftest import no_server_left, refserver_start, write_arms
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +59,7 @@ def test_a_run_with_collectors_records_rows_and_unavailable_vram(
     cfg = load_config(arms)
     out = Campaign(cfg, RunOptions(results=results)).execute()
     assert out.status == "complete" and out.failed_slots == 0
-    assert no_process_left(str(ROOT / "tests" / "refserver.py"))
+    assert no_server_left(out.run.path)
     recs = [r.data() for r in out.run.records()]
     vram = [r for r in recs if r.get("collector") == "vram"]
     assert len(vram) == 4 * 3  # 4 server lives x (2 workload rows + the server life)
@@ -85,5 +85,5 @@ def test_a_run_with_collectors_records_rows_and_unavailable_vram(
     assert "Unavailable: peak_vram_mib" in md and "Drift signals" in md
     assert "Cache flushes: 8 of 8 succeeded." in md
     # a metric of the user's own keeps its label when the report is rebuilt from disk
-    rebuilt = render_markdown(build_table(out.run.records(), out.run.meta()))
+    rebuilt = render_markdown(table_of(out.run.records(), out.run.meta()))
     assert "| decode 256 misses/token (timings) |" in rebuilt

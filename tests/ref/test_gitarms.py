@@ -35,8 +35,11 @@ def test_build_run_cache_and_pins(tmp_path: Path, env: dict[str, str]) -> None:
     p = cli("build", arms, env=env)
     assert p.returncode == 0, p.stderr
     assert p.stdout.count("-> built") == 2, p.stdout
+    # the build log went to stderr as it was written: each step's command and its end
+    assert "build base: " in p.stderr and p.stderr.count("  | # step 1/") == 2, p.stderr
     p = cli("build", arms, env=env)
     assert p.stdout.count("cache hit") == 2, p.stdout
+    assert "  | " not in p.stderr, p.stderr  # nothing built: no log
     p = cli("builds", "ls", env=env)
     for ref, sha in (("good", shas[0]), ("main", shas[2])):  # the second build: one hit
         assert re.search(rf"\| ref \| {ref} \| {sha[:12]} \|.* \| 1 \| complete \|",

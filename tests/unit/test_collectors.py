@@ -22,7 +22,8 @@ from abbench.config.presets import VLLM, arm_preset, with_overrides
 from abbench.config.schema import config_from_data, load_config
 from abbench.errors import ConfigError
 from abbench.model.records import parse_records
-from abbench.report.notes import collector_notes, drift_report
+from abbench.report.markdown import note_lines, note_text
+from abbench.report.notes import collector_notes, drift_notes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -217,21 +218,22 @@ def test_drift_warns_when_arms_differ_or_the_run_drifts() -> None:
             _drift("b", 0, gpu_sm_clock_mhz=1980, gpu_temp_c=41),
             _drift("a", 1, gpu_sm_clock_mhz=1980, gpu_temp_c=60),
             _drift("b", 1, gpu_sm_clock_mhz=1500, gpu_temp_c=61)]
-    lines, warnings = drift_report(parse_records(recs))
-    assert "| GPU SM clock (MHz) | b | 1980.0 | 1500.0 |" in lines
-    text = " ".join(warnings)
+    warnings, table = drift_notes(parse_records(recs))
+    assert table is not None and "| GPU SM clock (MHz) | b | 1980.0 | 1500.0 |" in note_lines(table)
+    text = " ".join(note_text(n) for n in warnings)
+    assert {n.kind for n in warnings} == {"drift_between_arms", "drift_across_run"}
     assert "GPU SM clock differs between arms" in text
     assert "GPU temperature drifted across the run" in text
     assert "GPU temperature differs" not in text
     steady = [_drift(a, r, gpu_sm_clock_mhz=1980) for a in "ab" for r in range(3)]
-    assert drift_report(parse_records(steady))[1] == []
+    assert drift_notes(parse_records(steady))[0] == []
 
 
 def test_notes_say_what_was_unavailable_and_the_sampling_period() -> None:
     recs = [{"type": "sample", "arm": "a", "round": 0, "workload": "server",
              "collector": "vram", "metrics": {"peak_rss_mib": 10.0},
              "unavailable": {"peak_vram_mib": "no NVML"}, "period_ms": 20.0}]
-    notes = collector_notes(parse_records(recs))
+    notes = [note_text(n) for n in collector_notes(parse_records(recs))]
     assert "Unavailable: peak_vram_mib: no NVML." in notes
     assert any("every 20 ms" in n for n in notes)
 

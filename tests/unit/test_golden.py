@@ -3,6 +3,7 @@ from shared/fixtures) and a fixed arms file. ``UPDATE_GOLDEN=1`` rewrites them."
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -13,7 +14,9 @@ from typer.testing import CliRunner
 from abbench.cli import app
 from abbench.report.calibrate import noise_floor, render_calibration
 from abbench.report.compare import run_table
+from abbench.report.markdown import note_text, render_markdown
 from abbench.report.quality_text import render_section
+from abbench.report.tablemodel import Note
 from abbench.store.run import Run
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -82,3 +85,27 @@ def test_validate_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLAMA_SERVER", "llama-server-golden")
     monkeypatch.setenv("SMOLLM2_GGUF", "model.gguf")
     check_golden("validate-plan.txt", cli("validate", "arms/llama-cpu.yaml", "--seed", "7"))
+
+
+EXAMPLES = sorted(p for p in (ROOT / "docs" / "examples").iterdir() if (p / "report.md").exists())
+
+
+@pytest.mark.parametrize("run", EXAMPLES, ids=lambda p: p.name)
+def test_every_stored_example_re_renders_byte_identical(run: Path) -> None:
+    """A stored run's report.md is what its samples give today, byte for byte."""
+    table = run_table(Run(run))
+    assert render_markdown(table) == (run / "report.md").read_text()
+
+
+def test_report_json_carries_the_header_and_notes_whole(results: Path) -> None:
+    """report.json holds the header, footer and notes as data, and each of them words
+    exactly as the markdown report says it."""
+    md = cli("report", results / "h200-seed", "--results", results)
+    data = json.loads(cli("report", results / "h200-seed", "--results", results,
+                          "--format", "json"))
+    kinds = [n["kind"] for n in data["notes"]]
+    assert kinds.count("drift_between_arms") + kinds.count("drift_across_run") >= 1
+    for part in ("header", "footer", "notes"):
+        for n in data[part]:
+            text = note_text(Note(**n))
+            assert text in md, (part, n["kind"], text)

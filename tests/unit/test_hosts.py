@@ -29,7 +29,7 @@ from abbench.config.schema import load_config
 from abbench.errors import ConfigError
 from abbench.model.records import parse_record, parse_records
 from abbench.model.schedule import make_schedule, position_counts
-from abbench.model.shards import plan_shards, shard_schedule, shard_seed, split_rounds
+from abbench.model.shardplan import plan_shards, shard_schedule, shard_seed, split_rounds
 from abbench.report.compare import run_table
 from abbench.report.markdown import render_markdown
 from abbench.stats.blocks import (

@@ -15,6 +15,7 @@ from abbench.errors import ConfigError
 from abbench.model.load import aggregate, chunk_tokens, itl_values, mean_itl, percentile
 from abbench.model.metrics import METRICS
 from abbench.model.records import parse_records
+from abbench.report.markdown import note_text
 from abbench.report.notes import load_notes
 from abbench.workload.load import LoadJob, LoadResult, _Stream, arrival_times
 from abbench.workload.wire import WireError
@@ -31,10 +32,10 @@ def test_the_issue_example_parses_into_one_row_per_level() -> None:
         "concurrency": [1, 8, 32], "requests": 64, "prompt_tokens": "2K",
         "output_tokens": 256, "arrival": "closed"}, "slo": {"ttft_ms": 2000, "itl_ms": 50}})
     assert w.kind == "load" and w.load is not None and w.load.prompt_tokens == 2048
-    assert [k.row for k in w.row_keys()] == ["load c=1", "load c=8", "load c=32"]
+    assert [k.workload for k in w.row_keys()] == ["load c=1", "load c=8", "load c=32"]
     assert [w.load.warmup_for(lv) for lv in w.load.levels()] == [1, 8, 32]
     (o,) = workloads({"load": {"arrival": {"rate": [2, 8], "process": "poisson"}}})
-    assert [k.row for k in o.row_keys()] == ["load rate=2/s", "load rate=8/s"]
+    assert [k.workload for k in o.row_keys()] == ["load rate=2/s", "load rate=8/s"]
     assert o.load is not None and o.load.warmup_for(o.load.levels()[0]) == 1
 
 
@@ -186,12 +187,13 @@ def test_notes_say_how_itl_was_computed_and_what_was_left_out() -> None:
               "client_cpu_share": 0.9}
     reqs = [{**base, "type": "load_request", "status": "ok", "tokens_per_chunk": "spread"},
             {**base, "type": "load_request", "status": "failed", "reason": "HTTP 500: x"}]
-    notes = load_notes(parse_records([sample, *reqs]))
+    notes = [note_text(n) for n in load_notes(parse_records([sample, *reqs]))]
     assert any(n.startswith("Load ITL: in 1 of 1 requests") for n in notes)
     assert any("1 of 2 failed or had the wrong length (HTTP 500: x (x1))" in n for n in notes)
     assert any("the load client used up to 90% of a core" in n for n in notes)
     one = [{**reqs[0], "tokens_per_chunk": "one per chunk"}]
-    assert load_notes(parse_records([{**sample, "client_cpu_share": 0.1}, *one])) == [
+    assert [note_text(n) for n in load_notes(
+        parse_records([{**sample, "client_cpu_share": 0.1}, *one]))] == [
         "Load ITL: every chunk carried one token; each gap between two chunks is one "
         "inter-token latency."]
     assert load_notes(parse_records(one)) == []

@@ -24,7 +24,8 @@ from abbench.quality.fingerprints import FingerprintTask, fingerprint, nonce_pro
 from abbench.report.markdown import render_markdown
 from abbench.report.quality import char_divergence, stability, token_divergence
 from abbench.report.quality_text import diff_text
-from abbench.report.table import build_table
+from abbench.report.table import table_of
+from tests.recordkit import lives
 
 
 def _cfg(tmp_path: Path, **extra: object):
@@ -249,7 +250,7 @@ def _records() -> list[dict]:
 
 
 def test_report_section_and_score_row() -> None:
-    md = render_markdown(build_table(parse_records(_records()), META))
+    md = render_markdown(table_of(parse_records(lives(_records())), META))
     assert "| quality score | 14/15 | 13/15 (-1 passed) |" in md
     fa, fb = fingerprint(["x y z", "one two three", "same"]), fingerprint(
         ["x y w", "one two three", "sa me"])
@@ -263,7 +264,7 @@ def test_report_section_and_score_row() -> None:
 
 def test_score_row_renders_rounds_when_they_differ() -> None:
     recs = [_score("a", 0, 14), _score("a", 1, 15), _score("b", 0, 15), _score("b", 1, 15)]
-    md = render_markdown(build_table(parse_records(recs), META))
+    md = render_markdown(table_of(parse_records(lives(recs)), META))
     assert "| quality score | 14/15 / 15/15 | 15/15 (+0.5 passed) |" in md
 
 
@@ -290,7 +291,7 @@ def test_prompt_item_needs_one_prompt() -> None:
 def test_report_json_carries_the_comparison() -> None:
     from abbench.report.formats import render_json
 
-    data = json.loads(render_json(build_table(parse_records(_records()), META)))
+    data = json.loads(render_json(table_of(parse_records(lives(_records())), META)))
     (s,) = data["quality"]["sets"]
     assert s["name"] == "s" and s["against_baseline"][0]["differ"] == 2
     assert s["against_baseline"][0]["prompts"][0] == {"id": "p1", "char": 4, "token": 2}
@@ -303,7 +304,7 @@ def test_failed_command_and_invalid_score_are_reported() -> None:
              "stdout": "quality/b-r0.stdout", "stderr": "quality/b-r0.stderr"},
             {"type": "sample", "workload": "server", "arm": "b", "round": 0, "valid": False,
              "status": "failed", "metrics": {}, "reason": "quality command exited with code 3"}]
-    md = render_markdown(build_table(parse_records(recs), META))
+    md = render_markdown(table_of(parse_records(lives(recs)), META))
     assert ("Quality command failed: arm b, round 0: exited with code 3 "
             "(stderr: quality/b-r0.stderr).") in md
     assert "| quality score | 3/5 | no data |" in md

@@ -42,7 +42,8 @@ def test_kinds_row_keys_and_unknown_fields() -> None:
                            "decode_tokens": 64, "side_calls": [], "metrics": {"x": 1},
                            "chunks": 64})
     assert isinstance(decode, DecodeSample)
-    assert decode.row_key() == RowKey("decode 1K", 1024, 64, True)
+    assert decode.row_key() == RowKey("decode 1K", "", 1024, 64, True)
+    assert decode.row_key("ttft_ms") == RowKey("decode 1K", "ttft_ms", 1024, 64, True)
     assert decode.data()["chunks"] == 64 and decode.metrics == {"x": 1}
     assert isinstance(parse_record({**at, "type": "sample", "workload": "server",
                                     "collector": "vram"}), CollectorSample)

@@ -11,9 +11,10 @@ import pytest
 from abbench.model.metrics import spec
 from abbench.model.records import parse_records
 from abbench.report.formats import render_json
-from abbench.report.markdown import render_markdown
-from abbench.report.table import build_table
+from abbench.report.markdown import header_text, note_text, render_markdown
+from abbench.report.table import table_of
 from abbench.report.text import fmt_values, md_escape
+from tests.recordkit import lives
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -50,9 +51,9 @@ def test_golden_markdown():
     recs += records({"prod": [[53.4], [53.7]], "pr": [[52.4], [55.3]]}, workload="decode 1K")
     recs.append({"type": "sample", "arm": "pr", "round": 0, "rep": 2, "workload": "decode 32K",
                  "valid": False, "reason": "completion_tokens 3 != 4", "metrics": {}})
-    recs.append({"type": "slot", "arm": "pr", "round": 2, "status": "failed",
+    recs.append({"type": "slot", "arm": "pr", "round": 3, "status": "failed",
                  "reason": "the server exited with code 1 | before ready"})
-    table = build_table(parse_records(recs), META)
+    table = table_of(parse_records(lives(recs)), META)
     check_golden("report_basic.md", render_markdown(table))
     data = json.loads(render_json(table))
     # every row is in report.json: the two shown, and the server timings beside them
@@ -73,7 +74,7 @@ def test_markdown_escaping():
 
 def test_baseline_override_moves_the_column():
     recs = records({"prod": [[10.0], [10.0]], "pr": [[11.0], [11.0]]})
-    table = build_table(parse_records(recs), META, baseline="pr")
+    table = table_of(parse_records(lives(recs)), META, baseline="pr")
     assert table.arms == ["pr", "prod"]
     assert "(-9.1%, exact) ▼" in render_markdown(table)  # every round the same: exact
 
@@ -88,11 +89,11 @@ def test_header_names_each_git_arms_commit_and_patch_set():
             "source": "llama.cpp", "ref": "slow", "sha": "b6ed0fc9" + "1" * 32,
             "patch": [["revert", "ea7f3bf3" + "2" * 32]]}}]}
     recs = records({"prod": [[10.0], [10.0]], "pr": [[11.0], [11.0]]})
-    header = build_table(parse_records(recs), meta).header
+    header = header_text(table_of(parse_records(lives(recs)), meta))
     assert header.splitlines()[1] == ("Builds: prod = llama.cpp c4436572 (base); pr = llama.cpp "
                                       "b6ed0fc9 (slow), reverting ea7f3bf3.")
     # no git arms: one line
-    assert len(build_table(parse_records(recs), META).header.splitlines()) == 1
+    assert len(header_text(table_of(parse_records(lives(recs)), META)).splitlines()) == 1
 
 
 def test_a_leave_one_out_arm_says_which_rows_move_back():
@@ -104,5 +105,5 @@ def test_a_leave_one_out_arm_says_which_rows_move_back():
          "git": {"source": "s", "sha": sha, "patch": [["revert", "ea7f3bf3" + "2" * 32]]}}]}
     recs = records({"prod": [[10.0], [10.0], [10.0]], "pr": [[12.0], [12.1], [12.05]],
                     "pr-no-x": [[10.0], [10.01], [10.0]]})
-    notes = build_table(parse_records(recs), meta).notes
+    notes = [note_text(n) for n in table_of(parse_records(lives(recs)), meta).notes]
     assert "Without ea7f3bf3 (pr without x): back at the baseline: decode 32K (tok/s)." in notes

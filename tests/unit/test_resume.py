@@ -5,6 +5,7 @@ from __future__ import annotations
 from abbench.model.records import Sample, parse_records
 from abbench.model.rounds import comparable_records, plan_resume, read_state
 from abbench.model.schedule import Slot, position_counts
+from abbench.report.markdown import note_text
 from abbench.report.notes import fault_notes
 
 ARMS = [{"name": "A"}, {"name": "B"}]
@@ -59,7 +60,7 @@ def test_comparison_drops_the_failed_pairs_partner() -> None:
     kept = comparable_records(parse_records(recs), META)
     assert sorted(r.slot for r in kept if isinstance(r, Sample)) == [0, 1]
     assert read_state(parse_records(recs), META).complete() == [0]
-    notes = fault_notes(parse_records(recs), META)
+    notes = [note_text(n) for n in fault_notes(parse_records(recs), META)]
     assert notes[0] == ("Round 1 is left out of the comparison (its pair failed: arm B failed: "
                         "the server died (exit code -9)). `abbench run --resume` runs it again.")
     assert notes[1].startswith("Not run yet (interrupted): B/round 2, B/round 3, A/round 3")

@@ -15,6 +15,7 @@ import yaml
 from abbench.config.schema import load_config, placeholder_values
 from abbench.errors import StoreError
 from abbench.model.records import parse_record, parse_records
+from abbench.report.markdown import note_text
 from abbench.report.notes import fault_notes
 from abbench.report.text import md_escape
 from abbench.server.process import start_server
@@ -89,7 +90,7 @@ def test_fault_notes_escape_server_text() -> None:
              "reason": "HTTP 500: <b>bad|gateway</b>\nmore"},
             {"type": "sample", "slot": 0, "arm": "a", "round": 0, "valid": False,
              "status": "failed", "workload": "decode 64", "rep": 0, "reason": "x|<i>"}]
-    notes = "\n".join(fault_notes(parse_records(recs), meta_))
+    notes = "\n".join(note_text(n) for n in fault_notes(parse_records(recs), meta_))
     assert "&lt;b&gt;bad\\|gateway&lt;/b&gt; more" in notes and "x\\|&lt;i&gt;" in notes
     assert "<b>" not in notes and "<i>" not in notes
 

@@ -84,3 +84,23 @@ def test_csv_cells_are_flat_and_hold_the_json_numbers() -> None:
                     assert r[f"cmp_{k}"] == ("" if comp[k] is None else repr(comp[k]))
                 checked += 1
     assert checked >= 8
+
+
+def test_report_json_carries_setup_and_summary_as_data() -> None:
+    """The setup, each arm's differences and the summary are data in report.json (row
+    keys, changes as fractions), and the markdown words the same figures."""
+    import json
+
+    md = cli("report", SEED_RUN).stdout
+    data = json.loads(cli("report", SEED_RUN, "--format", "json").stdout)
+    setup = data["setup"]
+    assert setup["setup"]["rounds"] == 2 and setup["setup"]["seed"] == 20261201
+    assert setup["setup"]["machine"] in md
+    for d in setup["diffs"]:
+        assert f"- {d['arm']}: " + ", ".join(f"`{f}`" for f in d["flags"]) in md
+    summary = {a["arm"]: a for a in data["summary"]}
+    assert set(summary) == {a["name"] for a in data["arms"]} - {data["baseline"]}
+    for a in summary.values():
+        first = a["changed"][0]
+        assert first["row"]["metric"] == "decode_tok_s" and first["row"]["context"] == 32768
+        assert f"{a['label']}: decode {first['change'] * 100:+.1f}% at 32K" in md

@@ -1,5 +1,5 @@
 """The simulation study's own claims: its bounds are what they say, its faster helpers
-give the same comparisons as abbench.stats, its tables are what build_table and the
+give the same comparisons as abbench.stats, its tables are what table_of and the
 --until-ci loop make from the same records, and a short study gives sane rates."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from abbench.campaign.until_ci import watched_comparisons
 from abbench.config.stats import StatsConfig
 from abbench.model.records import parse_records
 from abbench.report import table as table_mod
-from abbench.report.table import build_table
+from abbench.report.table import table_of
 from abbench.stats import paired
 from abbench.stats.stopping import look_alphas
+from tests.recordkit import lives
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,9 +87,9 @@ def test_fast_paths_give_the_same_comparisons(sim):
     assert paired.wilcoxon_p is sim._ORIGINAL["wilcoxon_p"]  # put back
 
 
-def test_tables_are_what_build_table_and_until_ci_make(sim):
-    """The study's verdicts = build_table over the same values as stored records, and
-    its watched cells = abbench.campaign.until_ci's. (build_table runs with the fast
+def test_tables_are_what_table_of_and_until_ci_make(sim):
+    """The study's verdicts = table_of over the same values as stored records, and
+    its watched cells = abbench.campaign.until_ci's. (table_of runs with the fast
     paths, which the test above checks, but once without.)"""
     rng = np.random.default_rng(3)
     settings = StatsConfig(alpha=0.05, noise_band=0.01, until_ci=0.01)
@@ -98,9 +99,9 @@ def test_tables_are_what_build_table_and_until_ci_make(sim):
         for _ in range(2):
             with sim.fast_paths():
                 o = sim.campaign(rng, layout, noise, n)
-            recs, meta = sim.records(layout, o.rows), sim.meta(layout)
+            recs, meta = lives(sim.records(layout, o.rows)), sim.meta(layout)
             with contextlib.nullcontext() if first else sim.fast_paths():
-                table = build_table(parse_records(recs), meta, rows="all", settings=settings)
+                table = table_of(parse_records(recs), meta, rows="all", settings=settings)
             first = False
             real = {(r.workload, r.metric, a): c.comparison for r in table.rows
                     for a, c in r.cells.items() if a != layout.arms[0]}

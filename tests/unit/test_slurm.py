@@ -4,6 +4,7 @@ on PATH that print captured output), the job's wrapper script, and wait's rules.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -358,3 +359,28 @@ def test_wait_for_a_job_nobody_knows(monkeypatch: pytest.MonkeyPatch) -> None:
     scripted(monkeypatch, [{}])
     with pytest.raises(SchedulerError, match="unknown to squeue, scontrol and sacct"):
         slurm.wait("9", poll_s=0)
+
+
+def test_abbench_cancel_stops_every_job_of_a_campaign(fake_bin, tmp_path: Path) -> None:
+    """``abbench cancel CAMPAIGN``: scancel for each job the campaign submitted, each
+    noted in its <job>.cancel (a pending task then reads CANCELLED, not UNKNOWN)."""
+    from typer.testing import CliRunner
+
+    from abbench.campaign.gather import CAMPAIGN_FILE, SCHEMA_VERSION
+    from abbench.cli import app
+
+    folder = tmp_path / "camp"
+    (folder / "slurm").mkdir(parents=True)
+    (folder / CAMPAIGN_FILE).write_text(json.dumps({
+        "schema": SCHEMA_VERSION, "id": "camp",
+        "submissions": [{"job": "15", "tasks": {"0": 0, "1": 1}},
+                        {"job": "17", "tasks": {"0": 1}}]}))
+    fake_bin("scancel")
+    res = CliRunner().invoke(app, ["cancel", str(folder), "--results", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert fake_bin.calls("scancel") == ["15", "17"]
+    assert slurm.parse_cancel_file((folder / "slurm" / "15.cancel").read_text()) == (True, set())
+    assert "cancelled Slurm job(s) 15, 17" in res.stdout
+    res = CliRunner().invoke(app, ["cancel", str(tmp_path / "nothing"), "--results",
+                                   str(tmp_path)])
+    assert res.exit_code == 2 and "is not a campaign" in res.stderr

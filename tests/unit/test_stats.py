@@ -18,10 +18,11 @@ from abbench.model.records import parse_records
 from abbench.report.calibrate import band_yaml, noise_floor, render_calibration
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
-from abbench.report.table import build_table
+from abbench.report.table import table_of
 from abbench.stats import paired as stats
 from abbench.stats.paired import compare
 from abbench.stats.stopping import block_size, planned_looks, stop_reason
+from tests.recordkit import lives
 
 D = np.array([0.021, 0.034, 0.012, 0.027, 0.018, 0.041, 0.025, 0.009])
 
@@ -230,7 +231,7 @@ META = {"id": "t1", "arms": [{"name": "base"}, {"name": "pr", "label": "this PR"
 
 def test_table_cells_legend_details_and_json() -> None:
     recs = _records({"base": 0.0, "pr": 0.028, "same": 0.0}, 8)
-    table = build_table(parse_records(recs), META, metrics=["decode_tok_s", "ttft_ms"])
+    table = table_of(parse_records(lives(recs)), META, metrics=["decode_tok_s", "ttft_ms"])
     md = render_markdown(table)
     row = next(line for line in md.splitlines() if line.startswith("| decode 32K (tok/s)"))
     assert re.search(r"\| \d+\.\d\d-\d+\.\d\d \(\+\d\.\d% \[\+\d\.\d, \+\d\.\d\]\) ▲ \|", row)
@@ -248,8 +249,10 @@ def test_table_cells_legend_details_and_json() -> None:
 
 def test_two_rounds_decide_and_one_round_says_so_in_the_cell() -> None:
     recs = _records({"base": 0.0, "pr": 0.05, "same": 0.0}, 2)
-    recs = [r for r in recs if not (r["arm"] == "same" and r["round"] == 1)]  # n = 1
-    table = build_table(parse_records(recs), META)
+    # n = 1: the arm's second life finished, its samples were lost
+    recs = [r for r in lives(recs) if not (r["arm"] == "same" and r["round"] == 1
+                                           and r["type"] == "sample")]
+    table = table_of(parse_records(recs), META)
     md = render_markdown(table)
     row = next(line for line in md.splitlines() if line.startswith("| decode 32K (tok/s)"))
     assert "▲" in row.split("|")[3]  # +5% at 0.4% noise: 2 rounds decide
@@ -266,7 +269,7 @@ def test_two_rounds_decide_and_one_round_says_so_in_the_cell() -> None:
 
 def test_settings_come_from_the_run_meta() -> None:
     recs = _records({"base": 0.0, "pr": 0.028, "same": 0.0}, 8)
-    table = build_table(parse_records(recs), {**META, "stats": {"noise_band": "5%"}})
+    table = table_of(parse_records(lives(recs)), {**META, "stats": {"noise_band": "5%"}})
     cell = table.rows[0].cells["pr"].comparison
     assert cell is not None and cell.noise_band == 0.05 and cell.verdict != "changed"
 
@@ -297,7 +300,7 @@ def test_stop_reason() -> None:
 def test_noise_floor_from_a_synthetic_aa_table() -> None:
     recs = _records({"base": 0.0, "twin": 0.0}, 10)
     meta = {"id": "aa", "arms": [{"name": "base"}, {"name": "twin"}]}
-    floors = noise_floor(build_table(parse_records(recs), meta), effect=0.02)
+    floors = noise_floor(table_of(parse_records(lives(recs)), meta), effect=0.02)
     (f,) = floors
     d = [math.log(b / a) for a, b in zip(*[
         [np.mean([r["metrics"]["decode_tok_s"] for r in recs if r["arm"] == arm

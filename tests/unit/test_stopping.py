@@ -10,9 +10,10 @@ from scipy import stats as sps
 
 from abbench.config.stats import StatsConfig
 from abbench.model.records import parse_records
-from abbench.report.table import build_table
+from abbench.report.table import table_of
 from abbench.stats.paired import compare
 from abbench.stats.stopping import EARLY, half_width_95, look_alphas, stop_reason
+from tests.recordkit import lives
 
 
 def test_the_looks_and_the_report_share_alpha() -> None:
@@ -43,9 +44,9 @@ def test_an_until_ci_run_is_reported_at_the_report_alpha() -> None:
             for r in range(4) for arm, v in (("a", 100.0 + r % 2), ("b", 103.0 + r % 2 * 0.5))]
     meta = {"id": "x", "arms": [{"name": "a"}, {"name": "b"}], "order": "interleaved",
             "stats": {"alpha": 0.05}}
-    plain = build_table(parse_records(recs), meta).rows[0].cells["b"].comparison
+    plain = table_of(parse_records(lives(recs)), meta).rows[0].cells["b"].comparison
     meta["until_ci"] = {"target": 0.01, "max_rounds": 12, "alpha_report": 0.04, "looks": []}
-    seq = build_table(parse_records(recs), meta).rows[0].cells["b"].comparison
+    seq = table_of(parse_records(lives(recs)), meta).rows[0].cells["b"].comparison
     assert plain is not None and seq is not None
     assert plain.alpha == 0.05 and seq.alpha == 0.04
     assert seq.hi - seq.lo > plain.hi - plain.lo  # a 92% interval, wider than 90%

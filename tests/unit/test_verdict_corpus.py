@@ -14,8 +14,9 @@ import pytest
 from abbench.model.records import parse_records
 from abbench.report.compare import run_table
 from abbench.report.markdown import render_markdown
-from abbench.report.table import build_table
+from abbench.report.table import table_of
 from abbench.store.run import Run
+from tests.recordkit import lives
 
 RUNS = Path(__file__).resolve().parents[1] / "golden" / "runs"
 
@@ -70,14 +71,14 @@ META = {"id": "corpus", "arms": [{"name": "base"}, {"name": "pr"}], "order": "in
 @pytest.mark.parametrize("name", list(CASES))
 def test_each_case_alone(name: str) -> None:
     case = {name: CASES[name]}
-    table = build_table(parse_records(_records(case)), META, rows="all")
+    table = table_of(parse_records(lives(_records(case))), META, rows="all")
     c = table.rows[0].cells["pr"].comparison
     assert c is not None and c.verdict == CASES[name][3], (name, c)
 
 
 def test_the_whole_corpus_as_one_table() -> None:
     """Benjamini-Hochberg over all ten cells keeps every clear verdict."""
-    table = build_table(parse_records(_records(CASES)), META, rows="all")
+    table = table_of(parse_records(lives(_records(CASES))), META, rows="all")
     got = {name: row.cells["pr"].comparison.verdict  # type: ignore[union-attr]
            for name, row in zip(CASES, table.rows, strict=True)}
     assert got == {name: case[3] for name, case in CASES.items()}
@@ -108,7 +109,7 @@ def test_h200_seed_run_decides_vram_misses_and_side_calls() -> None:
 
 def test_aa_run_never_says_changed() -> None:
     """The H200 A/A calibration (8 rounds x 3 reps): nothing changed, every row."""
-    table = build_table(Run(RUNS / "h200-aa-32k").records(),
+    table = table_of(Run(RUNS / "h200-aa-32k").records(),
                         Run(RUNS / "h200-aa-32k").meta(), rows="all")
     verdicts = {c.comparison.verdict for r in table.rows for a, c in r.cells.items()
                 if c.comparison is not None}
