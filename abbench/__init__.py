@@ -15,7 +15,7 @@ __all__ = ["__version__", "load_samples"]
 
 
 def load_samples(results_dir: Any = "results") -> Any:
-    """All stored samples under ``results_dir`` as a pandas DataFrame (see README)."""
+    """All stored samples under ``results_dir`` as a pandas DataFrame (docs/history.md)."""
     from abbench.history.series import load_samples as _load  # the stack and pandas, lazily
 
     return _load(results_dir)

@@ -21,9 +21,29 @@ from abbench.campaign import commands
 from abbench.campaign.commands import Output
 from abbench.config.secrets import environment_secrets, redact, remember
 from abbench.errors import AbbenchError, printable
+from abbench.version import __version__
+
+#: -h as well as --help, and help as wide as the terminal allows
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 120}
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Interleaved A/B benchmarking of LLM inference-server builds.")
+                  context_settings=CONTEXT,
+                  help="Interleaved A/B benchmarking of LLM inference-server builds "
+                       "(llama.cpp, vLLM, SGLang). Start with: abbench validate arms.yaml; "
+                       "abbench run arms.yaml (README.md, Quick start).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"abbench {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True,
+        help="print abbench's version and exit")] = False) -> None:
+    """Interleaved A/B benchmarking of LLM inference-server builds."""
 
 
 def command(fn: Callable[..., Output]) -> Callable[..., None]:
@@ -45,6 +65,8 @@ def command(fn: Callable[..., Output]) -> Callable[..., None]:
 
     return wrapper
 
+
+LIVE_HELP = "progress display (default: live on a terminal)"
 
 ResultsOpt = Annotated[Path | None, typer.Option("--results", help="results directory "
                                                  "(default: the arms file's results:, or "
@@ -99,6 +121,7 @@ def run(
 
 
 shard_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                        context_settings=CONTEXT,
                         help="One shard of a campaign over many hosts.")
 app.add_typer(shard_app, name="shard")
 
@@ -111,7 +134,7 @@ def shard_run(
     index: Annotated[int | None, typer.Option("--index", min=0, help="the shard (default: "
                                               "$JOB_COMPLETION_INDEX, then "
                                               "$SLURM_ARRAY_TASK_ID)")] = None,
-    live: Annotated[bool | None, typer.Option("--live/--plain")] = None,
+    live: Annotated[bool | None, typer.Option("--live/--plain", help=LIVE_HELP)] = None,
 ) -> Output:
     """Run one shard's rounds on this host, into CAMPAIGN_DIR/shards/<index>-<host>/.
 
@@ -137,9 +160,14 @@ def gather(
 @app.command()
 @command
 def validate(
-    arms_files: Annotated[list[Path], typer.Argument(help="one or more arms files")],
-    rounds: Annotated[int | None, typer.Option("--rounds", min=1)] = None,
-    seed: Annotated[int | None, typer.Option("--seed", min=0)] = None,
+    arms_files: Annotated[list[Path], typer.Argument(metavar="ARMS_FILE...",
+                                                     help="one or more arms files")],
+    rounds: Annotated[int | None, typer.Option("--rounds", min=1, metavar="N",
+                                               help="plan this many rounds (override "
+                                               "rounds:)")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", min=0, metavar="N",
+                                             help="plan the order with this seed (run draws "
+                                             "its own unless given one)")] = None,
 ) -> Output:
     """Check arms files and print the plan (arms, order with its seed, workloads); start nothing.
 
@@ -160,9 +188,10 @@ def calibrate(
     write_band: Annotated[Path | None, typer.Option(
         "--write-band", help="write a suggested stats: noise_bands: snippet to this file")]
     = None,
-    seed: Annotated[int | None, typer.Option("--seed", min=0)] = None,
+    seed: Annotated[int | None, typer.Option("--seed", min=0, metavar="N",
+                                             help="override seed:")] = None,
     results: ResultsOpt = None,
-    live: Annotated[bool | None, typer.Option("--live/--plain")] = None,
+    live: Annotated[bool | None, typer.Option("--live/--plain", help=LIVE_HELP)] = None,
 ) -> Output:
     """A/A run: one arm against its identical twin; print the noise floor per metric.
 
@@ -344,10 +373,13 @@ def bisect(
     row: Annotated[str, typer.Option("--row", help="the row: its id or its label as the "
                                      "table shows it, e.g. 'decode 32K' or 'decode 32K TTFT'")],
     metric: Annotated[str, typer.Option("--metric", help="the metric")] = "decode_tok_s",
-    max_steps: Annotated[int | None, typer.Option("--max-steps", min=1)] = None,
+    max_steps: Annotated[int | None, typer.Option("--max-steps", min=1, metavar="N",
+                                                  help="stop after this many steps "
+                                                  "(default: until one commit is left)")]
+    = None,
     until_ci: UntilCiOpt = None,
     results: ResultsOpt = None,
-    live: Annotated[bool | None, typer.Option("--live/--plain")] = None,
+    live: Annotated[bool | None, typer.Option("--live/--plain", help=LIVE_HELP)] = None,
 ) -> Output:
     """Find the commit between --good and --bad that moved a row (one stored run a step).
 
@@ -358,6 +390,7 @@ def bisect(
 
 
 builds_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                         context_settings=CONTEXT,
                          help="The build cache ($ABBENCH_CACHE, default ~/.cache/abbench).")
 app.add_typer(builds_app, name="builds")
 
@@ -517,6 +550,20 @@ def _guard_streams() -> tuple[_Guarded, _Guarded]:
         setattr(sys, name, g)
         guarded.append(g)
     return guarded[0], guarded[1]
+
+
+def _short_help(group: typer.Typer) -> None:
+    """Each command's first docstring line as its line in the command list, whole
+    (click would cut it at about 45 characters)."""
+    for info in group.registered_commands:
+        if info.short_help is None and info.callback is not None and info.callback.__doc__:
+            info.short_help = info.callback.__doc__.strip().splitlines()[0]
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _short_help(sub.typer_instance)
+
+
+_short_help(app)
 
 
 def main() -> None:

@@ -65,6 +65,9 @@ Stopping (abbench's stop order):
                     clearenv  as double; the grandchild clears its environment and
                               calls setsid() again
   --ignore-term-all every process of the server ignores TERM (SIGKILL must end it)
+llama-server's own flags, for a wrapper script named llama-server (a newcomer's build):
+  -m/--model PATH   must be a file (exit 1 otherwise, like a failed model load)
+  -c, -np, -ngl, -t taken and ignored
 """
 
 from __future__ import annotations
@@ -573,9 +576,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--child", action="store_true")
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--leave-shm", default="")
+    # llama-server's everyday flags, so that a wrapper script named llama-server can
+    # stand in for a build in a newcomer's arms file: the model must exist (it is not
+    # read); the others are taken and ignored
+    p.add_argument("-m", "--model", default="")
+    p.add_argument("-c", "--ctx-size", type=int, default=0)
+    p.add_argument("-np", "--parallel", type=int, default=0)
+    p.add_argument("-ngl", "--n-gpu-layers", default="")
+    p.add_argument("-t", "--threads", default="")
     p.add_argument("--daemon", default="", choices=["", "wait", "double", "exit", "clearenv"])
     p.add_argument("--ignore-term-all", action="store_true")
     args = p.parse_args(argv)
+    if args.model and not os.path.isfile(args.model):
+        print(f"refserver: failed to load model '{args.model}'", flush=True)
+        return 1
     if args.ignore_term_all:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _daemon(args.daemon)

@@ -7,6 +7,7 @@ the CLI's one error boundary turns into ``Error: ...`` and its exit code.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from abbench.config.overrides import with_stats
 from abbench.config.plan import plan
 from abbench.config.schema import load_config
 from abbench.config.stats import fraction_option
-from abbench.errors import AbbenchError, ConfigError
+from abbench.errors import AbbenchError, ConfigError, StoreError
 from abbench.history.check import check_history, format_check
 from abbench.history.export import write_otava
 from abbench.history.plot import plot_history
@@ -164,7 +165,9 @@ def validate(arms_files: list[Path], *, rounds: int | None, seed: int | None) ->
             schedule, drawn = plan(checked.cfg, rounds=rounds, seed=seed)
             out.stdout += describe_plan(checked.cfg, schedule, drawn, rounds=rounds,
                                         warnings=checked.warnings,
-                                        sets=checked.set_sources()) + "\n"
+                                        sets=checked.set_sources(),
+                                        seed_drawn=seed is None and checked.cfg.seed is None
+                                        ) + "\n"
             out.stdout += describe_pins(checked.cfg)
         except AbbenchError as e:
             out.stderr.append(f"Error: {e}")
@@ -201,6 +204,7 @@ def calibrate_arm(arms_file: Path, *, arm: str, rounds: int | None, effect: str,
 def list_runs(results: Path, *, label: str | None, since: str | None,
               until: str | None) -> Output:
     """``abbench ls``: one line per stored run."""
+    _results_folder(results)
     with open_index(results) as ix:
         runs = ix.runs(label=label, since=parse_when(since) if since else None,
                        until=parse_when(until, end=True) if until else None)
@@ -247,8 +251,11 @@ def history(results: Path, *, metrics: list[str] | None, workloads: list[str] | 
             window: int | None = None) -> Output:
     """``abbench history``: series, a plot, a site, exports, or the regression gate."""
     limit = threshold / 100
+    _results_folder(results)
     with open_index(results) as ix:
         series = build_series(ix, metrics, workloads, labels)
+        if metrics:
+            _known_metrics(metrics, {metric for metric, _ in ix.series_keys()})
         problems = ix.run_errors() + ix.problems()
         runs = ix.runs()
     out = Output()
@@ -271,6 +278,24 @@ def history(results: Path, *, metrics: list[str] | None, workloads: list[str] | 
     elif out_path is None and html is None and otava is None:
         out.stdout = format_series(series)
     return out
+
+
+def _results_folder(results: Path) -> None:
+    """A results folder that is not there is an error, not an empty list."""
+    if not results.is_dir():
+        raise StoreError(f"no results folder {results}", where="--results",
+                         hint="give the folder abbench run wrote (results/ by default, or "
+                              "the arms file's results:), or run a campaign first")
+
+
+def _known_metrics(asked: list[str], stored: set[str]) -> None:
+    """Refuse a --metric no stored run has, listing those that are stored."""
+    unknown = [m for m in asked if m not in stored]
+    if unknown and stored:
+        near = difflib.get_close_matches(unknown[0], sorted(stored), n=1)
+        mean = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ConfigError(f"no stored run has the metric {unknown[0]!r}{mean}",
+                          where="--metric", hint="stored metrics: " + ", ".join(sorted(stored)))
 
 
 def diff(run_ref: str, results: Path, *, set_name: str, arms: list[str], prompt: str | None,

@@ -17,7 +17,7 @@ started) has its missing (arm, round) pairs recorded as failed slots, so the rep
 says which and why; the rounds it finished, and every other shard's, are kept.
 
 Hosts whose GPUs, driver or CUDA (the CPU model, without GPUs) differ are refused:
-their ratios need not estimate one thing (see README, "Many hosts"), unless the
+their ratios need not estimate one thing (docs/many-hosts.md), unless the
 campaign or the gather allows mixed hosts.
 """
 
@@ -35,6 +35,7 @@ from abbench.errors import ConfigError, StoreError
 from abbench.model.records import QualityCommand, QualitySample, Record, SlotRecord
 from abbench.model.rounds import read_state
 from abbench.model.shardplan import ShardPlan, shard_schedule
+from abbench.report.compare import stored_config
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.table import Table, table_of
@@ -358,7 +359,7 @@ def gather(folder: Path, *, allow_mixed_hosts: bool | None = None,
     run = Run(folder)
     atomic_write(folder / SAMPLES_FILE, "".join(record_line(r) for r in records))
     run.write_meta(meta)
-    table = table_of(records, meta)
+    table = table_of(records, meta, config=stored_config(folder))
     md = render_markdown(table)
     run.write_text("report.md", md)
     run.write_text("report.json", render_json(table))

@@ -7,8 +7,10 @@ come the checks of what it asks for: each arm's start command and working direct
 the slot tasks it makes (prompt sets and quality suites are read, the quality command
 split and its program found, every collector tried against every arm's preset), and
 the warnings of :func:`abbench.config.schema.config_warnings`. The one difference:
-a program that is not on PATH is an error for ``run`` and a warning for ``validate``
-(which may run on another machine than the servers).
+a program that is not there is an error for ``run`` and a warning for ``validate``
+(which may run on another machine than the servers), and so is a missing model file
+when the program is not there either. :func:`abbench.config.foresight.foresee` says
+what would fail only once a server runs: a missing endpoint, a context too long.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from abbench import registry
+from abbench.config.foresight import foresee
 from abbench.config.schema import Config, check_arm, config_warnings
 from abbench.quality.fingerprints import FingerprintTask, set_origin
 from abbench.slot import SlotTask
@@ -54,12 +57,16 @@ def default_tasks(cfg: Config) -> list[SlotTask]:
 def check_config(cfg: Config, *, strict_exec: bool) -> Checked:
     """Every check of ``cfg`` that needs no server; raises ConfigError (exit 2)."""
     warnings: list[str] = []
-    for arm in cfg.resolved_arms():
+    arms = cfg.resolved_arms()
+    for arm in arms:
         warnings += check_arm(cfg, arm, strict_exec=strict_exec)
     tasks = default_tasks(cfg)  # reads prompt sets and suites
     for task in tasks:
         check = getattr(task, "check", None)
         if check is not None:
             warnings += check(cfg)
+    for i, arm in enumerate(arms):
+        warnings += foresee(cfg, arm, where=f"{cfg.source or 'arms file'}: arms[{i}] "
+                            f"({arm.name})", strict=strict_exec)
     warnings += config_warnings(cfg)
     return Checked(cfg, tasks, warnings)

@@ -30,6 +30,7 @@ from abbench.campaign.progress import Progress, SilentProgress
 from abbench.campaign.replay import Plans, replay_rep
 from abbench.campaign.until_ci import planned_and_more
 from abbench.collectors.tasks import workload_window
+from abbench.config.foresight import model_files
 from abbench.config.plan import plan
 from abbench.config.schema import (
     Config,
@@ -62,9 +63,11 @@ from abbench.model.records import (
 from abbench.model.rounds import complete_rounds, read_state
 from abbench.model.schedule import Slot
 from abbench.report.capacity import write_capacity
+from abbench.report.compare import stored_config
 from abbench.report.formats import render_json
 from abbench.report.markdown import note_text, render_markdown
 from abbench.report.notes import exposure_note
+from abbench.report.setup import life_line
 from abbench.report.sweep import write_sweep
 from abbench.report.table import Note, table_of
 from abbench.server.interrupts import handle_signals, shielded
@@ -178,6 +181,7 @@ class Campaign:
             "seed": seed,
             "schedule": [[s.round, s.position, s.arm] for s in schedule],
             "environment": environment(),
+            "models": model_files(self.cfg),
             "servers": {},
             "prompts": self.prompt_digests(),
             "warnings": self.warnings,
@@ -315,7 +319,7 @@ class Campaign:
     def write_report(self, meta: dict[str, Any]) -> str:
         assert self.run is not None
         records = self.run.records()
-        table = table_of(records, meta)
+        table = table_of(records, meta, config=stored_config(self.run.path))
         if write_sweep(records, meta, self.run.path / "sweep.png"):
             table.notes.append(Note("sweep_plot", {"path": "sweep.png"}))
         if write_capacity(records, meta, self.run.path / "capacity.png"):
@@ -356,6 +360,9 @@ class Campaign:
                 self._exposed(arm.name, server.exposed)
             self.serve(slot, arm, server, base)
             status, reason = "ok", None
+            figures = life_line(self.run.records(), arm.name, slot.round)
+            if figures:  # a long campaign shows its numbers as they come
+                self.progress.log(f"  {arm.name} round {slot.round}: {figures}")
         except (ServerError, ConfigError) as e:  # ConfigError: the program vanished mid-run
             status, reason = "failed", e.message
             self.progress.log(f"  FAILED arm {arm.name}, round {slot.round}: {e}")

@@ -241,6 +241,10 @@ def load_yaml(text: str, *, where: str) -> tuple[Any, yaml.Node | None]:
             raise ConfigError(f"{at}YAML error: a second document (---) in the file",
                               where=where, hint="keep one document: the file is one mapping"
                               ) from None
+        if "'\\t'" in problem:
+            raise ConfigError(f"{at}a tab character: YAML indents with spaces only",
+                              where=where, hint="replace the tab with spaces (two per "
+                              "level, as in the README's examples)") from None
         twice = "given twice" in problem
         tag = "could not determine a constructor" in problem
         kind = "YAML error" if twice or tag else "YAML syntax error"

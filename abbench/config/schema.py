@@ -32,6 +32,7 @@ from abbench.config.base import Frozen, endpoint_path, parse_context
 from abbench.config.capacity import CapacitySpec
 from abbench.config.collectors import CollectorSettings
 from abbench.config.files import ARMS_FILE_MAX, PROMPT_TEXT_MAX, load_yaml, read_text
+from abbench.config.infer import README_ARMS, did_you_mean, fields_at, infer_preset
 from abbench.config.presets import arm_preset, get_preset, with_overrides
 from abbench.config.quality import FingerprintConfig, QualityConfig
 from abbench.config.secrets import (
@@ -457,7 +458,7 @@ class Workload(_Frozen):
     side_calls: SideCalls | None = None
     prompt: PromptSource = PromptSource()
     load: LoadSpec | None = Field(None, description="a load workload: concurrency levels "
-                                  "or arrival rates (see README, Load workloads)")
+                                  "or arrival rates (docs/load-workloads.md)")
     slo: Slo | None = Field(None, description="load only: goodput counts requests meeting it")
     trace: TraceSpec | None = Field(None, description="replay a trace file (docs/traffic.md)")
     sessions: SessionsSpec | None = Field(None, description="multi-turn conversations "
@@ -774,7 +775,7 @@ def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
         return v if v is not None else getattr(d, field)
 
     where = f"{cfg.source or 'arms file'}: arms[{cfg.arms.index(arm)}] ({arm.name})"
-    preset_name = pick("preset") or "custom"
+    preset_name = pick("preset") or infer_preset(pick("start"), cfg.vars) or "custom"
     preset = get_preset(preset_name)
     start = pick("start")
     if start is None or (isinstance(start, str) and not start.strip()) or start == []:
@@ -870,10 +871,15 @@ def check_arm(cfg: Config, arm: ResolvedArm, *, strict_exec: bool) -> list[str]:
         if not p.is_absolute():
             p = Path(arm.cwd) / p
         if not p.exists():
-            raise ConfigError(f"program {clip_repr(prog)} does not exist",
-                              where=f"{where}.start[0]",
-                              hint="build it first (scripts/realparts.sh builds llama-server) "
-                                   "or fix the path")
+            msg = f"program {clip_repr(prog)} does not exist"
+            if strict_exec:
+                raise ConfigError(msg, where=f"{where}.start[0]",
+                                  hint="build the server first, or fix the path (relative "
+                                       "paths start from cwd:, by default the arms file's "
+                                       "folder)")
+            warnings.append(f"{where}.start[0]: {msg} here (fine if the servers run "
+                            "elsewhere; build it or fix the path)")
+            return warnings
         if not (p.is_file() and os.access(p, os.X_OK)):
             raise ConfigError(f"program {clip_repr(prog)} is not an executable file",
                               where=f"{where}.start[0]", hint=f"chmod +x {prog}, or fix the path")
@@ -1012,9 +1018,10 @@ def _expand_tree(node: Any, path: tuple[Any, ...], src: str,
 
 
 def _written_numbers(root: yaml.Node | None) -> dict[tuple[Any, ...], str]:
-    """Each plain number of the document as written (``010``, ``0.10``), by path."""
+    """Each plain number or boolean of the document as written (``010``, ``0.10``,
+    ``on``), by path."""
     out: dict[tuple[Any, ...], str] = {}
-    numbers = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    numbers = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")
 
     def walk(node: yaml.Node, path: tuple[Any, ...], depth: int) -> None:
         if depth > 8:  # only the top levels hold vars: and env:
@@ -1044,7 +1051,20 @@ def _text_as_written(data: dict[str, Any], root: yaml.Node | None) -> dict[str, 
         return {k: written.get((*path, k), v) if isinstance(v, (int, float))
                 and not isinstance(v, bool) else v for k, v in mapping.items()}
 
+    def fix_start(spec: Any, path: tuple[Any, ...]) -> Any:
+        """``start: [-c, 8192, -fa, on]``: the items YAML read as numbers or booleans,
+        as the text they stand for ("8192", "on")."""
+        if not isinstance(spec, dict) or not isinstance(spec.get("start"), list):
+            return spec
+        items = [written.get((*path, "start", i), v) if isinstance(v, (int, float)) else v
+                 for i, v in enumerate(spec["start"])]
+        return {**spec, "start": items}
+
     data = dict(data)
+    if isinstance(data.get("defaults"), dict):
+        data["defaults"] = fix_start(data["defaults"], ("defaults",))
+    if isinstance(data.get("arms"), list):
+        data["arms"] = [fix_start(a, ("arms", i)) for i, a in enumerate(data["arms"])]
     if "vars" in data:
         data["vars"] = fix(data["vars"], ("vars",))
     if isinstance(data.get("defaults"), dict) and "env" in data["defaults"]:
@@ -1098,8 +1118,8 @@ def _compose(text: str) -> yaml.Node | None:
 MOST_PROBLEMS = 3
 
 _HINTS = {
-    "extra_forbidden": "remove it or check its spelling; README.md lists every field",
-    "missing": "add it; README.md's arms.yaml reference shows an example",
+    "extra_forbidden": f"remove it or check its spelling; {README_ARMS} lists every field",
+    "missing": f"add it; {README_ARMS} shows an example",
     "literal_error": "use one of the values listed",
     "too_short": "give at least the number of items asked for",
     "int_parsing": "write a whole number, without quotes or units",
@@ -1115,7 +1135,7 @@ _HINTS = {
     "dict_type": "write it as a mapping: one NAME: value per line",
     "list_type": "write it as a list: [a, b] or one '- item' per line",
     "string_type": "write a string (quote it if YAML reads it as something else)",
-    "value_error": "see the message; README.md documents each field",
+    "value_error": f"see the message; {README_ARMS} documents each field",
     "baseline": "set baseline: to one of the arm names, or leave it out (the first arm)",
     "bool_type_here": "write the value itself; quote text that YAML would read as a boolean",
     "finite_number": "write a finite number (not .inf or .nan)",
@@ -1170,6 +1190,10 @@ def _config_error(e: ValidationError, source: str,
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown key {clip_repr(loc[-1], 60)}"
+            near = did_you_mean(loc[-1], fields_at(Config, loc))
+            if near is not None:
+                msg += f" (did you mean {near!r}?)"
+                hint = hint or f"rename it to {near}: ({README_ARMS} lists every field)"
         if msg.startswith("arm names must be unique"):
             hint = hint or "give each arm its own name"
         by_loc.setdefault(loc, []).append(msg)
@@ -1186,7 +1210,7 @@ def _config_error(e: ValidationError, source: str,
     if len(msgs) > MOST_PROBLEMS:  # the first ones say enough
         msgs = [*msgs[:MOST_PROBLEMS], f"and {len(msgs) - MOST_PROBLEMS} more problem(s)"]
     return ConfigError("; ".join(msgs), where=source,
-                       hint=hint or "fix the field named; README.md documents each field")
+                       hint=hint or f"fix the field named; {README_ARMS} documents each field")
 
 
 def prompt_text(cfg: Config, index: int,

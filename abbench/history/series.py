@@ -242,7 +242,7 @@ def build_series(index: Index, metrics: Iterable[str] | None = None,
 
 # ----------------------------------------------------------------- notebooks
 
-#: the columns of :func:`load_samples`, in order (documented in README.md)
+#: the columns of :func:`load_samples`, in order (documented in docs/history.md)
 SAMPLE_COLUMNS = ["run_id", "created", "run_status", "arm", "label", "commit", "is_baseline",
                   "round", "position", "rep", "slot", "host", "workload", "context",
                   "decode_tokens", "valid", "status", "comparable", "t", "metric", "value", "unit",

@@ -5,7 +5,7 @@ Pure functions, so that any percentile can be recomputed later from
 records of one (arm, round, level, rep) and returns the metrics the runner stores
 in that level's sample.
 
-Definitions (README, "Load workloads"):
+Definitions (docs/load-workloads.md):
 
 - the window runs from the first measured request's send to the last measured
   request's end (warm-up requests are sent first, at the same concurrency or rate,

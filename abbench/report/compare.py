@@ -6,12 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+
 from abbench.errors import ConfigError, StoreError
 from abbench.model.records import Record, Sample
 from abbench.model.rounds import comparable_records
 from abbench.report.export import render_bencher, render_github
 from abbench.report.formats import render_csv, render_json
 from abbench.report.markdown import render_markdown
+from abbench.report.setup import fill_vars, flag_diffs
 from abbench.report.table import Note, Table, compute_table, table_of
 from abbench.store.run import Run, open_run
 
@@ -28,7 +31,18 @@ def render(table: Table, fmt: Format) -> str:
 def run_table(run: Run, *, baseline: str | None = None, problems: list[str] | None = None,
               rows: Literal["table", "all"] = "table") -> Table:
     """A stored run's table, computed again from its samples."""
-    return table_of(run.records(problems), run.meta(), baseline=baseline, rows=rows)
+    return table_of(run.records(problems), run.meta(), baseline=baseline, rows=rows,
+                    config=stored_config(run.path))
+
+
+def stored_config(folder: Path) -> dict[str, Any] | None:
+    """A run folder's config.yaml, or None when it is missing or unreadable (the
+    table is then shown without the arms' differences)."""
+    try:
+        data = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def parse_run_arm(ref: str, results: Path) -> tuple[Run, str | None]:
@@ -95,6 +109,9 @@ def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,
     table.header = [Note("compare", {"run_a": run_a.id, "arm_a": info_a["name"],
                                      "run_b": run_b.id, "arm_b": info_b["name"],
                                      "rounds_a": n_a, "rounds_b": n_b})]
+    unlike = None if same_run else unlike_runs(run_a, info_a, run_b, info_b)
+    if unlike is not None:  # at the top: a reader must see it before the numbers
+        table.header.append(unlike)
     if not same_run:
         table.notes.append(Note("compare_not_interleaved"))
         env_a, env_b = meta_a.get("environment") or {}, meta_b.get("environment") or {}
@@ -103,3 +120,46 @@ def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,
                 table.notes.append(Note("compare_environment_differs",
                                         {"field": k, "a": env_a.get(k), "b": env_b.get(k)}))
     return table
+
+
+def _workloads(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stored config's workloads as data: name, and its load or its contexts and
+    decode tokens."""
+    out = []
+    for w in config.get("workloads") or []:
+        if not isinstance(w, dict):
+            continue
+        name = w.get("name") or ("load" if w.get("load") else "decode")
+        if w.get("load"):
+            out.append({"name": name, "load": w["load"]})
+        else:
+            out.append({"name": name, "contexts": list(w.get("contexts") or []),
+                        "decode_tokens": w.get("decode_tokens")})
+    return out
+
+
+def _argv(config: dict[str, Any], arm: str) -> list[str] | None:
+    vars_ = config.get("vars") or {}
+    for a in config.get("resolved_arms") or []:
+        if isinstance(a, dict) and a.get("name") == arm:
+            return [fill_vars(str(w), vars_) for w in a.get("argv") or []]
+    return None
+
+
+def unlike_runs(run_a: Run, info_a: dict[str, Any], run_b: Run,
+                info_b: dict[str, Any]) -> Note | None:
+    """What differs between two runs' setups that a comparison of their arms would
+    read as the arms' difference: the workloads (contexts, decode tokens) and the
+    compared arms' start commands; None when nothing does (or a config is missing)."""
+    ca, cb = stored_config(run_a.path), stored_config(run_b.path)
+    if ca is None or cb is None:
+        return None
+    wa, wb = _workloads(ca), _workloads(cb)
+    argv_a, argv_b = _argv(ca, info_a["name"]), _argv(cb, info_b["name"])
+    flags = list(flag_diffs(argv_a, argv_b)) if argv_a is not None and argv_b is not None \
+        else []
+    if wa == wb and not flags:
+        return None
+    return Note("compare_unlike", {"run_a": run_a.id, "run_b": run_b.id,
+                                   "workloads_a": wa if wa != wb else None,
+                                   "workloads_b": wb if wa != wb else None, "flags": flags})

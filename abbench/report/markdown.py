@@ -7,7 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from abbench.model.rows import SERVER_ROW, RowKey
 from abbench.report import quality_text
+from abbench.report.setup import RunSetup
+from abbench.report.summary import ArmSummary, Change, summary_of
 from abbench.report.tablemodel import Note, Row, Table
 from abbench.report.text import fmt_values, md_escape
 from abbench.report.verdicts import (
@@ -33,13 +36,18 @@ def render_cell(row: Row, arm: str) -> str:
 
 def render_markdown(table: Table) -> str:
     lines = [header_text(table), ""]
+    if table.setup is not None:
+        lines += [*setup_lines(table.setup), ""]
     heads = [md_escape(table.labels[a]) for a in table.arms]
     lines.append("| | " + " | ".join(heads) + " |")
-    lines.append("|---" * (len(heads) + 1) + "|")
+    lines.append("|---|" + "---:|" * len(heads))  # numbers right-aligned
     for row in table.rows:
         cells = [render_cell(row, a) for a in table.arms]
         lines.append(f"| {md_escape(row.label)} | " + " | ".join(cells) + " |")
     lines.append("")
+    summary = summary_lines(table)
+    if summary:
+        lines += [*summary, ""]
     extra = also_changed(table)
     if extra:
         lines += [extra, ""]
@@ -59,10 +67,85 @@ def render_markdown(table: Table) -> str:
     details = details_lines(table)
     if details:
         lines += ["", "<details><summary>Statistics per row</summary>", "", *details, "",
-                  "</details>"]
+                  "</details>", ""]  # CommonMark: raw HTML runs on to the next blank line
     for n in table.notes:
         lines.extend(note_lines(n))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def setup_lines(s: RunSetup) -> list[str]:
+    """The setup line, then each arm's differences from the baseline."""
+    st = s.setup
+    parts = [p for p in (st.server and f"server {st.server}", st.model and f"model {st.model}",
+                         st.machine) if p]
+    rounds = f"{st.rounds} round{'s' if st.rounds != 1 else ''}"
+    reps = f" x {st.reps} repetitions" if st.reps != 1 else ""
+    seed = f", seed {st.seed}" if st.seed is not None and st.order == "interleaved" else ""
+    lines = [f"Setup: {md_escape(', '.join(parts))}; {rounds}{reps}, order {st.order}{seed}."]
+    if s.diffs:
+        lines += ["", f"Differences from the baseline ({md_escape(s.baseline)}):", ""]
+        for d in s.diffs:
+            what = [f"`{x}`" for x in d.flags] + [f"env `{x}`" for x in d.env]
+            what += [f"commit `{d.commit[:12]}`"] if d.commit else []
+            lines.append(f"- {md_escape(d.arm)}: {', '.join(what) or 'same start command'}")
+    return lines
+
+
+def _changes(name: str, items: list[Change]) -> str:
+    """``decode -35.3% at 32K to -46.2% at 128K ▼``: one metric's changed rows, over
+    contexts as their range."""
+    marks = "".join(sorted({c.mark for c in items}))
+    if len(items) == 1:
+        w = items[0].row.workload
+        at = f" at {w.removeprefix('decode ')}" if w != SERVER_ROW else ""
+        return f"{name} {items[0].change * 100:+.1f}%{at} {marks}"
+    first, last = items[0], items[-1]
+    return (f"{name} {first.change * 100:+.1f}% at "
+            f"{first.row.workload.removeprefix('decode ')} to {last.change * 100:+.1f}% at "
+            f"{last.row.workload.removeprefix('decode ')} {marks}")
+
+
+def _arm_summary(a: ArmSummary, rows: dict[RowKey, Row]) -> str:
+    by_metric: dict[str, list[Change]] = {}
+    for c in a.changed:
+        name = "decode" if c.row.metric == "decode_tok_s" else rows[c.row].spec.label
+        by_metric.setdefault(name, []).append(c)
+    text = ", ".join(_changes(name, items) for name, items in by_metric.items()) \
+        or "no row of the table changed beyond the noise band"
+    if a.undecided:
+        text += f" (not decided yet: {', '.join(rows[k].label for k in a.undecided)})"
+    for g in a.greedy:
+        text += f"; greedy outputs ({g.set}): {g.differ} of {g.compared} prompts differ"
+    return f"{a.label}: {text}"
+
+
+def summary_lines(table: Table) -> list[str]:
+    """The summary (:func:`abbench.report.summary.summary_of`) as one markdown line
+    (``**Summary**: ...``), its rows named by the table's labels."""
+    rows = {r.key: r for r in table.rows}
+    parts = [_arm_summary(a, rows) for a in summary_of(table)]
+    return [f"**Summary** (▲ better, ▼ worse): {md_escape('; '.join(parts))}."] if parts else []
+
+
+def _workloads(ws: list[dict[str, Any]]) -> str:
+    """``decode: contexts 32768, 65536 + 128 decode tokens; load: load ...``"""
+    parts = [f"{w['name']}: load {w['load']}" if "load" in w else
+             f"{w['name']}: contexts {', '.join(str(c) for c in w['contexts'])} + "
+             f"{w['decode_tokens']} decode tokens" for w in ws]
+    return "; ".join(parts) or "none"
+
+
+def _compare_unlike(n: Note, f: dict[str, Any]) -> list[str]:
+    unlike = []
+    if f["workloads_a"] is not None:
+        unlike.append(f"workloads {_workloads(f['workloads_a'])} (`{f['run_a']}`) against "
+                      f"{_workloads(f['workloads_b'])} (`{f['run_b']}`)")
+    if f["flags"]:
+        unlike.append("start command of the second side: "
+                      + ", ".join(f"`{x}`" for x in f["flags"]))
+    return ["", "**Warning: the two sides did not measure the same thing**: "
+            + "; ".join(unlike) + ". Rows measured by one side only read \"no data\"; a "
+            "changed row may be the difference in setup."]
 
 
 def header_text(table: Table) -> str:
@@ -333,6 +416,7 @@ WORDS: dict[str, Callable[[Note, dict[str, Any]], list[str]]] = {
     "sweep_plot": lambda n, f: [
         "Sweep plot (throughput against TTFT p99 and ITL p50 per level, paired "
         f"intervals): [{f['path']}]({f['path']})"],
+    "compare_unlike": _compare_unlike,
     "compare_not_interleaved": lambda n, f: [
         "Warning: these arms ran in different runs, not interleaved: drift between the "
         "runs (machine load, clocks, temperature, software) counts as a difference. Trust "

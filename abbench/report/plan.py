@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abbench.config.infer import infer_preset
 from abbench.config.schema import (
     Arrival,
     Config,
@@ -9,27 +10,49 @@ from abbench.config.schema import (
     config_secret_values,
     format_context,
     format_cpus,
+    redact_env,
     scrub,
 )
 from abbench.model.schedule import Slot, position_counts
 
 
+def _preset_origin(cfg: Config, index: int) -> str:
+    """`` (from the start command)`` when the preset was inferred, and what to do
+    when it fell back to custom; empty when the file names it."""
+    raw = cfg.arms[index]
+    if raw.preset is not None or cfg.defaults.preset is not None:
+        return ""
+    start = raw.start if raw.start is not None else cfg.defaults.start
+    if infer_preset(start, cfg.vars) is not None:
+        return " (from the start command)"
+    return " (the start command names no known server: write preset:)"
+
+
 def describe_plan(cfg: Config, schedule: list[Slot], seed: int, *,
                   rounds: int | None = None, warnings: list[str] | None = None,
-                  sets: list[str] | None = None) -> str:
+                  sets: list[str] | None = None, seed_drawn: bool = False) -> str:
     """The plan ``abbench validate`` prints: arms, rounds and order, workloads, then
-    the ``warnings`` its checks gave; ``sets``: the fingerprint sets as described."""
+    the ``warnings`` its checks gave; ``sets``: the fingerprint sets as described;
+    ``seed_drawn``: the seed was drawn for this plan (``run`` draws its own)."""
     n_rounds = rounds or cfg.rounds
     lines = [f"{cfg.source}: OK"]
     lines.append("arms:")
-    for arm in cfg.resolved_arms():
+    secrets = config_secret_values(cfg)
+    for i, arm in enumerate(cfg.resolved_arms()):
         base = " (baseline)" if arm.name == cfg.baseline_name else ""
-        lines.append(f"  {arm.name}{base}: label {arm.label!r}, preset {arm.preset}, "
+        lines.append(f"  {arm.name}{base}: label {arm.label!r}, preset {arm.preset}"
+                     f"{_preset_origin(cfg, i)}, "
                      f"port {arm.port}, ready {arm.ready.path} within {arm.ready.timeout:g} s"
                      + (f", cpus {format_cpus(arm.cpus)}" if arm.cpus is not None else "")
                      + (f", nice {arm.nice:+d}" if arm.nice is not None else ""))
-        lines.append(f"    start: {scrub(' '.join(arm.argv), config_secret_values(cfg))}")
+        lines.append(f"    start: {scrub(' '.join(arm.argv), secrets)}")
+        if arm.env:
+            env = " ".join(f"{k}={v}" for k, v in redact_env(arm.env).items())
+            lines.append(f"    env: {scrub(env, secrets)}")
     seed_s = f", seed {seed}" if cfg.order == "interleaved" else ""
+    if seed_drawn and seed_s:
+        seed_s += (f" (drawn for this plan: run draws its own unless --seed {seed} or "
+                   "seed: in the file)")
     lines.append(f"rounds: {n_rounds} x {cfg.reps} rep(s), order {cfg.order}{seed_s}, "
                  f"{cfg.warmup} warm-up request(s) after each start")
     lines.append("order:")

@@ -33,6 +33,7 @@ from abbench.report.notes import (
     side_call_notes,
 )
 from abbench.report.selection import pick_rows
+from abbench.report.setup import run_setup
 from abbench.report.speculative import acceptance_notes
 from abbench.report.tablemodel import Cell, Note, Row, Table
 from abbench.stats.blocks import round_hosts
@@ -43,14 +44,18 @@ from abbench.stats.paired import Comparison
 def table_of(records: list[Record], meta: dict[str, Any], *,
              baseline: str | None = None, metrics: list[str] | None = None,
              rows: Literal["table", "all"] = "table",
-             settings: StatsConfig | None = None) -> Table:
+             settings: StatsConfig | None = None,
+             config: dict[str, Any] | None = None) -> Table:
     """The table of a run's records, as the run itself renders it: Pinpoint's rule
     leaves a round with a failed (arm, round) pair out of the comparison whole, and
     the notes say which pair failed and why. ``metrics``, ``rows``, ``settings``: as
-    :func:`compute_table`."""
+    :func:`compute_table`. ``config``: the run's stored config.yaml, for the setup
+    (server, each arm's differences from the baseline); without it the setup says
+    what run.json knows."""
     kept = comparable_records(records, meta)
     table = compute_table(kept, meta, baseline=baseline, metrics=metrics, rows=rows,
                           settings=settings)
+    table.setup = run_setup(meta, config, table.baseline)
     table.notes.extend(fault_notes(records, meta))
     table.notes.extend(load_notes(kept))
     table.notes.extend(replay_notes(kept))

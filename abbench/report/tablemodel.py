@@ -11,6 +11,7 @@ from abbench.model.metrics import MetricSpec
 from abbench.model.records import SlotRecord
 from abbench.model.rows import SERVER_ROW, RowKey
 from abbench.report import quality
+from abbench.report.setup import RunSetup
 from abbench.stats.paired import Comparison
 
 
@@ -93,5 +94,7 @@ class Table:
     failed_slots: list[SlotRecord] = field(default_factory=list)
     invalid: dict[str, int] = field(default_factory=dict)
     quality: quality.QualitySummary | None = None
+    #: what was compared (report/setup.py): the setup line and each arm's differences
+    setup: RunSetup | None = None
 
 

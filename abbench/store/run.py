@@ -60,6 +60,7 @@ def atomic_write(path: Path, text: str) -> None:
     except OSError as e:
         raise _write_error(path, e) from None
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp's 0600 ignores the umask
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(redact(text))
             f.flush()
@@ -71,6 +72,17 @@ def atomic_write(path: Path, text: str) -> None:
         if isinstance(e, OSError):
             raise _write_error(path, e) from None
         raise
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and setting it back, under a lock)."""
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
 
 
 def _write_error(path: Path, e: OSError) -> StoreError:
@@ -500,8 +512,29 @@ def _no_run_json(folder: Path) -> StoreError:
                       hint="give a run id listed by abbench ls")
 
 
+def _meta_field(run: Run, key: str) -> Any:
+    """One field of a run's run.json, or None when it cannot be read."""
+    try:
+        meta = json.loads((run.path / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta.get(key) if isinstance(meta, dict) else None
+
+
+def _started(run: Run) -> tuple[float, str]:
+    """When a run started (run.json's created), for ``latest``; its folder name breaks
+    ties and stands in for a date that cannot be read."""
+    created = _meta_field(run, "created")
+    try:
+        ts = dt.datetime.fromisoformat(str(created)).timestamp()
+    except ValueError:
+        ts = float("-inf")
+    return ts, run.id
+
+
 def open_run(ref: str, results: Path) -> Run:
-    """A run by id (or unique prefix), or by its folder path."""
+    """A run by id (or unique prefix: the folder name or the id in its run.json),
+    ``latest`` (the newest by start time), or by its folder path."""
     p = Path(ref)
     if (p / RUN_FILE).is_file():
         return Run(p)
@@ -514,12 +547,18 @@ def open_run(ref: str, results: Path) -> Run:
         if folder.is_dir() and ((folder / SAMPLES_FILE).exists()
                                 or (folder / "config.yaml").exists()):
             raise _no_run_json(folder)
-    ids = [r.id for r in list_runs(results)]
-    if ref == "latest" and ids:
-        return Run(results / ids[-1])
+    runs = list_runs(results)
+    if ref == "latest" and runs:
+        return max(runs, key=_started)
+    ids = [r.id for r in runs]
     matches = [i for i in ids if i.startswith(ref)]
     if len(matches) == 1:
         return Run(results / matches[0])
+    if not matches:  # the id run.json holds (and the report prints), in a renamed folder
+        named = [r for r in runs if str(_meta_field(r, "id") or "").startswith(ref)]
+        if len(named) == 1:
+            return named[0]
+        matches = [r.id for r in named]
     close = matches[:5] or difflib.get_close_matches(ref, ids, n=5, cutoff=0.4)
     hint = f"closest: {', '.join(close)}" if close else "list runs with abbench ls"
     what = "is ambiguous" if len(matches) > 1 else "not found"

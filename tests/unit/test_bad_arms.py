@@ -88,6 +88,12 @@ def test_bad_arms_file_is_refused(path: Path, command: str, tmp_path: Path,
     t0 = time.monotonic()
     p = CliRunner().invoke(app, args)
     took = time.monotonic() - t0
+    if command == "validate" and "# validate: warning" in _lines(path):
+        # validate may run on another machine than the servers: a warning there
+        assert p.exit_code == 0, (p.stdout, p.stderr, p.exception)
+        assert f"warning: {path.name}: {_expected(path, folder)} here" in p.stdout
+        assert not mark.exists(), "a start command ran"
+        return
     assert p.exit_code == 2, (p.stdout, p.stderr, p.exception)
     first, *rest = p.stderr.splitlines()
     assert first == f"Error: {path.name}: {_expected(path, folder)}"
@@ -105,6 +111,7 @@ def test_program_not_on_path_is_a_warning_for_validate_and_an_error_for_run(
     that is not on PATH here is only a warning there; run refuses it."""
     arms = tmp_path / "arms.yaml"
     arms.write_text(
+        "defaults: {preset: llama.cpp}\n"
         "arms:\n"
         "  - {name: a, start: [no-such-server-abf, --port, '{port}']}\n"
         f"  - {{name: b, start: ['{sys.executable}', -c, pass, '{{port}}']}}\n"

@@ -157,6 +157,7 @@ def test_warned_the_same_by_validate_and_run(tmp_path: Path) -> None:
         order: sequential
         seed: 3
         vars: {model: $HOME/m.gguf}
+        defaults: {tokenize_path: /tokenize}
         arms:
           - {name: a, label: same, start: [/bin/true, --port, "{port}", -m, "{model}"],
              env: {P: "$PATH:/opt/bin"}, request_extra: {temperature: 0.7}}
@@ -184,6 +185,7 @@ def test_prompt_sets_ship_with_abbench_and_a_prompts_folder_overrides(tmp_path: 
     from abbench.campaign.preflight import check_config
 
     body = """
+        defaults: {preset: llama.cpp}
         arms:
           - {name: a, start: [/bin/true, --port, "{port}"]}
           - {name: b, start: [/bin/true, --port, "{port}"]}
