@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from abbench.config.schema import Config, ResolvedArm
+from abbench.config.arms import ResolvedArm
+from abbench.config.schema import Config
 from abbench.model.records import Record
 from abbench.model.schedule import Slot
 from abbench.server.process import Server

@@ -22,7 +22,7 @@ import psutil
 import yaml
 
 from abbench.campaign.runner import Campaign, RunOptions
-from abbench.config.schema import load_config
+from abbench.config.loader import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -24,11 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from abbench.config.arms import resolve_arms
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from abbench.campaign.environment import cpu_model  # noqa: E402
-from abbench.config.schema import config_from_data  # noqa: E402
+from abbench.config.loader import config_from_data  # noqa: E402
 from abbench.server import process  # noqa: E402
 from abbench.server.process import start_server  # noqa: E402
 
@@ -43,7 +45,7 @@ def one_life(tmp: Path, i: int, startup: float, watch: bool) -> tuple[float, flo
                                "--startup", str(startup)]},
         "arms": [{"name": "a"}, {"name": "b"}], "workloads": [{"contexts": [64]}]},
         source=str(tmp / "arms.yaml"))
-    arm = cfg.resolved_arms()[0]
+    arm = resolve_arms(cfg)[0]
     log = tmp / f"life-{i}-{int(watch)}.log"
     nap = process.LogWatch.nap
     if not watch:  # the old way: a plain sleep between polls

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from abbench.campaign.environment import cpu_model  # noqa: E402
 from abbench.campaign.runner import Campaign, RunOptions  # noqa: E402
-from abbench.config.schema import load_config  # noqa: E402
+from abbench.config.loader import load_config  # noqa: E402
 from abbench.report.table import timing_agreement  # noqa: E402
 from abbench.workload.decode import Client  # noqa: E402
 
@@ -65,8 +65,9 @@ def real_campaign(rounds: int, tmp: Path) -> tuple[float, int, float, float, flo
 
 
 def client_capacity(tokens: int = 200_000, repeats: int = 3) -> float:
-    from abbench.config.schema import Readiness, ResolvedArm
-    from abbench.server.process import free_port
+    from abbench.config.arms import ResolvedArm
+    from abbench.config.schema import Readiness
+    from abbench.server.ports import free_port
 
     port = free_port("127.0.0.1")
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "refserver.py"), "--port",

@@ -21,8 +21,9 @@ from typing import Any
 
 from abbench.campaign.progress import Progress
 from abbench.campaign.runner import Campaign, RunOptions
+from abbench.config.loader import load_config
 from abbench.config.overrides import with_stats
-from abbench.config.schema import ArmConfig, Config, load_config
+from abbench.config.schema import ArmConfig, Config
 from abbench.errors import ConfigError
 from abbench.report.compare import run_table
 from abbench.report.selection import find_rows

@@ -32,9 +32,9 @@ from abbench.campaign.shards import (
     run_on_slurm,
     run_shard,
 )
+from abbench.config.loader import load_config
 from abbench.config.overrides import with_stats
 from abbench.config.plan import plan
-from abbench.config.schema import load_config
 from abbench.config.stats import fraction_option
 from abbench.errors import AbbenchError, ConfigError, StoreError
 from abbench.history.check import check_history, format_check

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from abbench.config.arms import ResolvedArm
 from abbench.config.presets import arm_preset
-from abbench.config.schema import (
-    Config,
-    ResolvedArm,
-    format_cpus,
-)
+from abbench.config.schema import Config
+from abbench.config.values import format_cpus
 from abbench.workload.decode import Client
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from abbench.config.arms import ResolvedArm
 from abbench.config.presets import arm_preset
-from abbench.config.schema import ResolvedArm
 from abbench.model.records import WorkloadSample
 from abbench.server.process import Server
 

@@ -2,11 +2,11 @@
 call (and ``calibrate`` and ``run --resume``): what validate says of a file is what run
 checks before it starts anything.
 
-The file itself is read and typed by :func:`abbench.config.schema.load_config`; here
+The file itself is read and typed by :func:`abbench.config.loader.load_config`; here
 come the checks of what it asks for: each arm's start command and working directory,
 the slot tasks it makes (prompt sets and quality suites are read, the quality command
 split and its program found, every collector tried against every arm's preset), and
-the warnings of :func:`abbench.config.schema.config_warnings`. The one difference:
+the warnings of :func:`abbench.config.arms.config_warnings`. The one difference:
 a program that is not there is an error for ``run`` and a warning for ``validate``
 (which may run on another machine than the servers), and so is a missing model file
 when the program is not there either. :func:`abbench.config.foresight.foresee` says
@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from abbench import registry
+from abbench.config.arms import check_arm, config_warnings, resolve_arms
 from abbench.config.foresight import foresee
-from abbench.config.schema import Config, check_arm, config_warnings
+from abbench.config.schema import Config
 from abbench.quality.fingerprints import FingerprintTask, set_origin
 from abbench.slot import SlotTask
 
@@ -57,7 +58,7 @@ def default_tasks(cfg: Config) -> list[SlotTask]:
 def check_config(cfg: Config, *, strict_exec: bool) -> Checked:
     """Every check of ``cfg`` that needs no server; raises ConfigError (exit 2)."""
     warnings: list[str] = []
-    arms = cfg.resolved_arms()
+    arms = resolve_arms(cfg)
     for arm in arms:
         warnings += check_arm(cfg, arm, strict_exec=strict_exec)
     tasks = default_tasks(cfg)  # reads prompt sets and suites

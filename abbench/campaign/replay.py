@@ -11,8 +11,9 @@ from pathlib import Path
 from abbench.campaign.progress import Progress
 from abbench.collectors.counters import flush_once
 from abbench.config.presets import arm_preset
-from abbench.config.schema import Config, Workload
+from abbench.config.schema import Config
 from abbench.config.traffic import SessionsSpec
+from abbench.config.workloads import Workload
 from abbench.errors import AbbenchError, Interrupted
 from abbench.model.records import FlushRecord, LoadRequest, LoadSample, Record, at
 from abbench.slot import SlotContext

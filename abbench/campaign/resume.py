@@ -16,7 +16,7 @@ import psutil
 
 from abbench.campaign.progress import Progress
 from abbench.campaign.runner import Campaign, Resumption, RunOptions, RunOutcome, config_digest
-from abbench.config.schema import load_config
+from abbench.config.loader import load_config
 from abbench.errors import ConfigError
 from abbench.model.records import SlotRecord
 from abbench.model.rounds import plan_resume

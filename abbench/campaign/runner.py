@@ -30,16 +30,13 @@ from abbench.campaign.progress import Progress, SilentProgress
 from abbench.campaign.replay import Plans, replay_rep
 from abbench.campaign.until_ci import planned_and_more
 from abbench.collectors.tasks import workload_window
+from abbench.config.arms import ResolvedArm, placeholder_values, resolve_arms
 from abbench.config.foresight import model_files
+from abbench.config.loader import prompt_text
 from abbench.config.plan import plan
-from abbench.config.schema import (
-    Config,
-    ResolvedArm,
-    Workload,
-    config_for_storage,
-    placeholder_values,
-    prompt_text,
-)
+from abbench.config.schema import Config
+from abbench.config.storage import config_for_storage
+from abbench.config.workloads import Workload
 from abbench.errors import (
     AbbenchError,
     ConfigError,
@@ -145,7 +142,7 @@ class Campaign:
         checked = check_config(cfg, strict_exec=True)  # exit 2 before anything starts
         self.tasks = tasks if tasks is not None else checked.tasks
         self.warnings = checked.warnings
-        self.arms = {a.name: a for a in cfg.resolved_arms()}
+        self.arms = {a.name: a for a in resolve_arms(cfg)}
         for arm in self.arms.values():
             if arm.git is not None and arm.built is None:
                 raise InternalError(f"arm {arm.name} is a git arm that was not built "

@@ -52,7 +52,10 @@ from abbench.campaign.gather import (
 from abbench.campaign.progress import Progress, SilentProgress
 from abbench.campaign.resume import resume_run
 from abbench.campaign.runner import Campaign, Resumption, RunOptions, RunOutcome, config_digest
-from abbench.config.schema import Config, config_for_storage, load_config
+from abbench.config.arms import resolve_arms
+from abbench.config.loader import load_config
+from abbench.config.schema import Config
+from abbench.config.storage import config_for_storage
 from abbench.errors import ConfigError, Interrupted
 from abbench.model.schedule import new_seed
 from abbench.model.shardplan import plan_shards, shard_schedule
@@ -133,7 +136,7 @@ def plan_campaign(cfg: Config, arms_file: Path, *, results: Path, rounds: int | 
         "abbench": __version__, "config_path": str(arms_file.resolve()),
         "config_digest": config_digest(cfg),
         "arms": [{"name": a.name, "label": a.label, "commit": a.commit, "preset": a.preset}
-                 for a in cfg.resolved_arms()],
+                 for a in resolve_arms(cfg)],
         "baseline": cfg.baseline_name, "rounds": n_rounds, "reps": cfg.reps,
         "order": cfg.order, "seed": seed, "table": cfg.table.model_dump(mode="json"),
         "shards": [{"index": p.index, "first_round": p.first_round, "rounds": p.rounds,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from abbench.config.schema import ResolvedArm
+from abbench.config.arms import ResolvedArm
 from abbench.model.records import At, CollectorSample, Stored, WorkloadSample, at
 from abbench.slot import SlotContext
 

@@ -31,6 +31,7 @@ from abbench.collectors.base import (
     record_window,
     window_samples,
 )
+from abbench.config.arms import ResolvedArm
 from abbench.config.collectors import (
     FlushSettings,
     LogRegexSettings,
@@ -39,7 +40,6 @@ from abbench.config.collectors import (
     _Rate,
 )
 from abbench.config.presets import Preset, arm_preset
-from abbench.config.schema import ResolvedArm
 from abbench.errors import ConfigError, RequestError
 from abbench.model.records import CountersRecord, FlushRecord, SideCall, WorkloadSample
 from abbench.server.http import Reply

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 
 from abbench import registry
 from abbench.collectors.base import Collector, WindowState
+from abbench.config.arms import resolve_arms
 from abbench.config.collectors import CollectorSettings
 from abbench.config.schema import Config
 from abbench.errors import ConfigError
@@ -41,7 +42,7 @@ class ServerLifeBegin:
         warnings: list[str] = []
         src = cfg.source or "arms file"
         for i, (c, s) in enumerate(zip(self.collectors, cfg.collectors, strict=True)):
-            for arm in cfg.resolved_arms():
+            for arm in resolve_arms(cfg):
                 try:
                     warnings += c.check(arm)
                 except ConfigError as e:

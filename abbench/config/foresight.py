@@ -7,14 +7,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from abbench.config.arms import ResolvedArm, placeholder_values, resolve_arms
 from abbench.config.infer import README_ARMS, flag_value, server_word
-from abbench.config.schema import (
-    Config,
-    ConfigError,
-    ResolvedArm,
-    format_context,
-    placeholder_values,
-)
+from abbench.config.schema import Config, ConfigError
+from abbench.config.values import format_context
 from abbench.errors import clip_repr
 
 #: the model flags of each preset's server, and whether the value must be a file
@@ -150,7 +146,7 @@ def model_files(cfg: Config) -> dict[str, dict[str, object]]:
     """Per arm, its model file's path and size in bytes (for the report's setup
     line); an arm whose model is no file here (a Hugging Face id) is left out."""
     out: dict[str, dict[str, object]] = {}
-    for arm in cfg.resolved_arms():
+    for arm in resolve_arms(cfg):
         p = model_path(cfg, arm)
         if p is not None and p.is_file():
             out[arm.name] = {"path": str(p), "bytes": p.stat().st_size}

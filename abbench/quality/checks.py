@@ -28,9 +28,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from abbench.config.arms import placeholder_values, resolve_arms, substitute
 from abbench.config.files import ITEM_FILE_MAX, load_yaml, read_text
 from abbench.config.quality import Check, PromptItem, QualityConfig, QualityItem
-from abbench.config.schema import Config, placeholder_values, substitute
+from abbench.config.schema import Config
 from abbench.errors import ConfigError, Interrupted, RequestError, clip, clip_repr
 from abbench.model.records import At, QualityCommand, QualityItemRecord, QualitySample, at
 from abbench.slot import SlotContext, SlotTask
@@ -301,7 +302,7 @@ class QualityTask:
             raise ConfigError("the command is empty", where=where,
                               hint="give a command, e.g. python3 quality.py --base-url "
                                    "{base_url}, or leave command: out")
-        values = placeholder_values(cfg, cfg.resolved_arms()[0], port=1, round_=0)
+        values = placeholder_values(cfg, resolve_arms(cfg)[0], port=1, round_=0)
         argv = [substitute(a, values, where=where) for a in parts]  # placeholders known?
         prog = argv[0]
         if "/" in prog:

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
+from abbench.config.arms import resolve_arms
 from abbench.config.infer import infer_preset
-from abbench.config.schema import (
-    Arrival,
-    Config,
-    Workload,
-    config_secret_values,
-    format_context,
-    format_cpus,
-    redact_env,
-    scrub,
-)
+from abbench.config.schema import Config
+from abbench.config.secrets import scrub
+from abbench.config.storage import config_secret_values, redact_env
+from abbench.config.values import format_context, format_cpus
+from abbench.config.workloads import Arrival, Workload
 from abbench.model.schedule import Slot, position_counts
 
 
@@ -38,7 +34,7 @@ def describe_plan(cfg: Config, schedule: list[Slot], seed: int, *,
     lines = [f"{cfg.source}: OK"]
     lines.append("arms:")
     secrets = config_secret_values(cfg)
-    for i, arm in enumerate(cfg.resolved_arms()):
+    for i, arm in enumerate(resolve_arms(cfg)):
         base = " (baseline)" if arm.name == cfg.baseline_name else ""
         lines.append(f"  {arm.name}{base}: label {arm.label!r}, preset {arm.preset}"
                      f"{_preset_origin(cfg, i)}, "

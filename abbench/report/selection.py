@@ -3,8 +3,8 @@ user types to a row (:func:`find_rows`)."""
 
 from __future__ import annotations
 
-from abbench.config.schema import format_context
 from abbench.config.stats import TableConfig
+from abbench.config.values import format_context
 from abbench.model.rows import SERVER_ROW, RowKey
 from abbench.report.tablemodel import Row
 

@@ -24,9 +24,7 @@ import contextlib
 import ctypes
 import math
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,11 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from abbench.config.schema import ResolvedArm, format_cpus
+from abbench.config.arms import ResolvedArm
 from abbench.config.secrets import redact, scrub, secret_values
+from abbench.config.values import format_cpus
 from abbench.errors import AbbenchError, ConfigError, Interrupted, ServerError, StoreError
 from abbench.server.http import Transport, TransportError
 from abbench.server.interrupts import shielded
+from abbench.server.ports import free_port, port_in_use
 from abbench.server.shm import group_shm, remove_stale_shm, shm_inodes
 from abbench.server.tree import (
     LIFE_VAR,
@@ -84,58 +84,6 @@ def _pdeathsig(parent: int, reaper_fd: int | None = None, *, cpus: list[int] | N
     return set_it
 
 
-def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
-    """The first port of the kernel's ephemeral range (what bind(0) and connect() use)."""
-    try:
-        with open(path, encoding="ascii") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-#: ``port: auto`` ports start here: below, SGLang picks its own rendezvous port
-#: (22000-29999, srt/utils/network.py get_free_port_below_ephemeral)
-AUTO_PORT_LOW = 30000
-
-
-def free_port(host: str, *, attempts: int = 64) -> int:
-    """A free port for ``port: auto``, below the kernel's ephemeral range. A port from
-    bind(0) is ephemeral, and between abbench's check and the server's bind the
-    server's own processes draw ephemeral ports too (torch's gloo listeners, every
-    connect()): SGLang 0.5.23 on CPU had its scheduler take the HTTP port that way, and
-    its HTTP server failed with "address already in use" while abbench waited for
-    /health. Ports between :data:`AUTO_PORT_LOW` and the ephemeral range are handed out
-    by no one else; bind(0) only when that range is too narrow or full."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    top = ephemeral_low()
-    low = AUTO_PORT_LOW if top - AUTO_PORT_LOW >= 256 else 10000
-    if top - low >= attempts:
-        for port in random.SystemRandom().sample(range(low, top), attempts):
-            with socket.socket(family, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind((host, port))
-                except OSError:
-                    continue
-                return port
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def port_in_use(host: str, port: int) -> bool:
-    """True when another process listens on (host, port).
-
-    SO_REUSEADDR, as servers set it: a TIME_WAIT left by the previous round's server
-    on a fixed port is no conflict, a live listener is.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
 
 
 def tail(path: Path, lines: int = 20, max_bytes: int = 64 * 1024) -> str:

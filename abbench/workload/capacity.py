@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from abbench.config.capacity import CapacitySpec
-from abbench.config.schema import Arrival, LoadLevel, LoadSpec, Workload
+from abbench.config.workloads import Arrival, LoadLevel, LoadSpec, Workload
 from abbench.errors import Interrupted
 from abbench.model.records import At, CapacityLevel, DecodeSample, LoadRequest, Record
 from abbench.workload.decode import Client, PromptMaker

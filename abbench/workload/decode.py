@@ -16,8 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from abbench.config.arms import ResolvedArm
 from abbench.config.presets import arm_preset
-from abbench.config.schema import ResolvedArm, Workload
+from abbench.config.workloads import Workload
 from abbench.errors import RequestError
 from abbench.server.http import Reply, Transport, TransportError
 from abbench.workload import wire

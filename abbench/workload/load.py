@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from abbench.config.schema import Arrival, LoadLevel, LoadSpec, Workload
+from abbench.config.workloads import Arrival, LoadLevel, LoadSpec, Workload
 from abbench.errors import RequestError
 from abbench.model.load import aggregate, chunk_tokens
 from abbench.server.http import AsyncClientError, AsyncSession, async_session

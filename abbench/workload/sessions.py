@@ -25,8 +25,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from abbench.config.schema import Workload
 from abbench.config.traffic import SessionsSpec, TraceSpec
+from abbench.config.workloads import Workload
 from abbench.model.load import PERCENTILES, aggregate, percentile
 from abbench.server.http import AsyncSession, async_session
 from abbench.workload.decode import Client, PromptMaker

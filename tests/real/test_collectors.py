@@ -16,7 +16,7 @@ import pytest
 
 from abbench.campaign.runner import Campaign, RunOptions
 from abbench.collectors.memory import MIB, TreeSampler
-from abbench.config.schema import load_config
+from abbench.config.loader import load_config
 from tests.conftest import llama_start, no_process_left, write_arms
 
 

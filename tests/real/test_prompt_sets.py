@@ -11,8 +11,9 @@ import requests
 from typer.testing import CliRunner
 
 from abbench.cli import app
+from abbench.config.arms import resolve_arms
+from abbench.config.loader import config_from_data
 from abbench.config.quality import PromptItem
-from abbench.config.schema import config_from_data
 from abbench.model.records import FingerprintRecord
 from abbench.quality.checks import load_item_file
 from abbench.server.process import start_server
@@ -28,7 +29,7 @@ def test_ctx_prompts_tokenize_to_8k_to_32k(tmp_path: Path, real_parts: dict[str,
                      "start": llama_start(real_parts, ctx=512)},
         "arms": [{"name": "a"}, {"name": "b"}],
         "workloads": [{"contexts": [64]}]}, source=str(tmp_path / "arms.yaml"))
-    arm = cfg.resolved_arms()[0]
+    arm = resolve_arms(cfg)[0]
     f = load_item_file(PROMPTS / "ctx.yaml", PromptItem, key="prompts")
     server = start_server(arm, round_=0, log_path=tmp_path / "server.log",
                           argv_for_port=lambda port: arm.command(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from abbench.campaign.runner import Campaign, RunOptions
-from abbench.config.schema import load_config
+from abbench.config.loader import load_config
 from abbench.report.markdown import render_markdown
 from abbench.report.table import table_of
 from tests.conftest import no_server_left, refserver_start, write_arms

@@ -350,7 +350,7 @@ class _CtrlCAtTheEnd:
 def test_interrupt_after_the_last_server_keeps_the_run_complete(
         tmp_path: Path, ref: Path, results: Path, until_ci: float | None) -> None:
     from abbench.campaign.runner import Campaign, RunOptions
-    from abbench.config.schema import load_config
+    from abbench.config.loader import load_config
 
     stats = {"stats": {"until_ci": until_ci, "max_rounds": 2}} if until_ci else {}
     arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []}, **stats)
@@ -371,7 +371,7 @@ def test_a_stray_server_on_the_port_is_never_measured(tmp_path: Path, ref: Path,
     import sys
 
     from abbench.campaign.runner import Campaign, RunOptions
-    from abbench.config.schema import load_config
+    from abbench.config.loader import load_config
     from abbench.server import process as arms_mod
 
     with socket.socket() as s:
@@ -426,7 +426,8 @@ def test_abbench_killed_right_after_the_fork_leaves_no_grandchild(tmp_path: Path
         import os, subprocess, sys, time
         from pathlib import Path
         from abbench.server import process as arms
-        from abbench.config.schema import load_config, placeholder_values
+        from abbench.config.loader import load_config
+        from abbench.config.arms import placeholder_values
 
         class DieAfterFork(subprocess.Popen):
             def __init__(self, args, *a, **k):
@@ -440,7 +441,7 @@ def test_abbench_killed_right_after_the_fork_leaves_no_grandchild(tmp_path: Path
 
         arms.subprocess.Popen = DieAfterFork
         cfg = load_config(Path({str(arms)!r}))
-        arm = cfg.resolved_arms()[0]
+        arm = resolve_arms(cfg)[0]
         arms.start_server(arm, round_=0, log_path=Path({str(tmp_path / 's.log')!r}),
                           argv_for_port=lambda port: arm.command(
                               placeholder_values(cfg, arm, port=port, round_=0)))

@@ -12,7 +12,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from abbench.cli import app
-from abbench.config.schema import ResolvedArm, config_from_data, format_cpus
+from abbench.config.arms import ResolvedArm, resolve_arms
+from abbench.config.loader import config_from_data
+from abbench.config.values import format_cpus
 from abbench.server.process import start_server
 from tests.conftest import REFSERVER, refserver_start, write_arms
 
@@ -40,7 +42,7 @@ def test_started_server_is_pinned_and_niced(tmp_path: Path) -> None:
         "arms": [{"name": "a", "start": refserver_start(), "cpus": str(cpu), "nice": 3},
                  {"name": "b", "start": refserver_start()}],
         "workloads": [{"contexts": [64]}]}, source=str(tmp_path / "arms.yaml"))
-    pinned, free = cfg.resolved_arms()
+    pinned, free = resolve_arms(cfg)
     assert pinned.cpus == [cpu] and pinned.nice == 3 and free.cpus is None
     own_nice = _nice_of(0)
     servers = []

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from abbench.campaign.runner import Campaign, RunOptions
-from abbench.config.schema import ResolvedArm, config_from_data, load_config
+from abbench.config.arms import ResolvedArm, resolve_arms
+from abbench.config.loader import config_from_data, load_config
 from abbench.server.process import remove_stale_shm, shm_inodes, start_server
 from tests.conftest import no_process_left, no_server_left, refserver_start, write_arms
 
@@ -59,7 +60,7 @@ def _server(tmp_path: Path, *flags: str, grace: float = 5.0) -> Any:
         "arms": [{"name": "a", "start": refserver_start(*flags)},
                  {"name": "b", "start": refserver_start()}],
         "workloads": [{"contexts": [64]}]}, source=str(tmp_path / "arms.yaml"))
-    arm = cfg.resolved_arms()[0]
+    arm = resolve_arms(cfg)[0]
 
     def argv(port: int, a: ResolvedArm = arm) -> list[str]:
         return a.command({"port": str(port), "host": a.host})

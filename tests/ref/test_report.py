@@ -7,7 +7,7 @@ def test_side_calls_wait_behind_a_one_slot_server(tmp_path, results):
     """Side calls run alongside the long decode: against a server with one slot they wait
     for it (and the report says so); with two slots they are served at once."""
     from abbench.campaign.runner import Campaign, RunOptions
-    from abbench.config.schema import load_config
+    from abbench.config.loader import load_config
     from tests.faultkit import own_refserver, ref_arms
 
     ref = own_refserver(tmp_path)

@@ -10,7 +10,8 @@ from pathlib import Path
 import psutil
 import yaml
 
-from abbench.config.schema import load_config, placeholder_values
+from abbench.config.arms import placeholder_values, resolve_arms
+from abbench.config.loader import load_config
 from abbench.server.process import start_server
 from tests.faultkit import cli, only_run, own_refserver, ref_arms, wait_gone
 
@@ -97,7 +98,7 @@ def test_servers_bind_127_0_0_1_by_default(tmp_path: Path) -> None:
                                        "--port", "{port}"]} for n in ("a", "b")],
         "workloads": [{"contexts": [64]}]}))
     cfg = load_config(arms)
-    arm = cfg.resolved_arms()[0]
+    arm = resolve_arms(cfg)[0]
     assert arm.host == "127.0.0.1"
     server = start_server(arm, round_=0, log_path=tmp_path / "log",
                           argv_for_port=lambda port: arm.command(

@@ -18,8 +18,9 @@ import pytest
 from abbench.collectors.counters import counter_value
 from abbench.collectors.drift import read_signals
 from abbench.collectors.memory import MIB, Peaks, TreeSampler, open_nvml, summarize
+from abbench.config.arms import resolve_arms
+from abbench.config.loader import config_from_data, load_config
 from abbench.config.presets import VLLM, arm_preset, with_overrides
-from abbench.config.schema import config_from_data, load_config
 from abbench.errors import ConfigError
 from abbench.model.records import parse_records
 from abbench.report.markdown import note_lines, note_text
@@ -265,16 +266,16 @@ def test_collectors_are_typed_and_errors_name_the_field() -> None:
 def test_every_preset_field_can_be_overridden_per_arm() -> None:
     cfg = _cfg([], preset_fields={"metrics_path": "/m", "misses_counter": "x_total",
                                   "cached_tokens_fields": "meta_info.cached_tokens"})
-    a, b = cfg.resolved_arms()
+    a, b = resolve_arms(cfg)
     pa, pb = arm_preset(a), arm_preset(b)
     assert pa.metrics_path == "/m" and pa.misses_counter == "x_total"
     assert pa.cached_tokens_fields == ("meta_info.cached_tokens",)
     assert pa.misses_minus_counter == "vllm:prompt_tokens_cached_total"  # the rest: the preset's
     assert pb == VLLM
     with pytest.raises(ConfigError, match="unknown preset field 'metric_path'"):
-        _cfg([], preset_fields={"metric_path": "/m"}).resolved_arms()
+        resolve_arms(_cfg([], preset_fields={"metric_path": "/m"}))
     with pytest.raises(ConfigError, match="use tokenize_path"):
-        _cfg([], preset_fields={"tokenize_path": "/t"}).resolved_arms()
+        resolve_arms(_cfg([], preset_fields={"tokenize_path": "/t"}))
     with pytest.raises(ConfigError, match="must be like"):
         with_overrides(VLLM, {"prepend_bos": "yes"})
 

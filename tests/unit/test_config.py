@@ -5,15 +5,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from abbench.config.schema import (
-    config_for_storage,
-    expand_env,
-    format_context,
-    load_config,
-    parse_context,
-    placeholder_values,
-    substitute,
-)
+from abbench.config.arms import placeholder_values, resolve_arms, substitute
+from abbench.config.base import parse_context
+from abbench.config.loader import expand_env, load_config
+from abbench.config.storage import config_for_storage
+from abbench.config.values import format_context
 from abbench.errors import ConfigError
 from tests.conftest import write_arms
 
@@ -68,7 +64,7 @@ def test_load_good_config(tmp_path: Path):
     assert cfg.workloads[0].contexts == [32768, 261120, 1000, 1024]
     assert cfg.workloads[0].row_name(32768) == "decode 32K"
     assert cfg.workloads[1].row_name(2048) == "decode 2K + side calls"
-    base, cand = cfg.resolved_arms()
+    base, cand = resolve_arms(cfg)
     assert base.label == "prod ecb52158" and cand.label == "cand"
     assert base.ready.path == "/health"  # from the preset
     assert cand.ready.timeout == 5
@@ -81,7 +77,7 @@ def test_load_good_config(tmp_path: Path):
 
 def test_placeholders_substituted_per_item(tmp_path: Path):
     cfg = load_config(write_arms(tmp_path / "a.yaml", GOOD))
-    base = cfg.resolved_arms()[0]
+    base = resolve_arms(cfg)[0]
     argv = base.command(placeholder_values(cfg, base, port=8123, round_=2))
     assert argv == ["/bin/true", "--port", "8123", "--host", "127.0.0.1"]
 

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from abbench.cli import app
+from abbench.config.arms import resolve_arms
 from abbench.history.plot import plot_history
 from abbench.history.series import build_series, load_samples
 from abbench.model.records import parse_record
@@ -303,13 +304,13 @@ def test_a_declared_series_joins_arms_of_other_names(results: Path, tmp_path: Pa
     """``series: main`` in the arms file: run.json carries it, and arms named otherwise in
     other arms files join one series."""
     from abbench.campaign.describe import arm_meta
-    from abbench.config.schema import load_config
+    from abbench.config.loader import load_config
 
     arms = tmp_path / "arms.yaml"
     arms.write_text("arms:\n  - name: nightly\n    series: main\n    start: [srv, '{port}']\n"
                     "  - name: base\n    start: [srv, '{port}']\n"
                     "workloads:\n  - contexts: [64]\n    decode_tokens: 8\n")
-    nightly, base = load_config(arms).resolved_arms()
+    nightly, base = resolve_arms(load_config(arms))
     assert arm_meta(nightly)["series"] == "main" and "series" not in arm_meta(base)
     for day, name in enumerate(("nightly", "main-build", "nightly")):
         run = make_run(results, day, {name: [100.0, 101.0], "base": [100.0, 100.0]})

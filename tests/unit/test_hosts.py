@@ -25,7 +25,7 @@ from abbench.campaign.shards import (
     plan_campaign,
     shard_index,
 )
-from abbench.config.schema import load_config
+from abbench.config.loader import load_config
 from abbench.errors import ConfigError
 from abbench.model.records import parse_record, parse_records
 from abbench.model.schedule import make_schedule, position_counts

@@ -10,7 +10,7 @@ import statistics
 import numpy as np
 import pytest
 
-from abbench.config.schema import config_from_data
+from abbench.config.loader import config_from_data
 from abbench.errors import ConfigError
 from abbench.model.load import aggregate, chunk_tokens, itl_values, mean_itl, percentile
 from abbench.model.metrics import METRICS

@@ -6,12 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from abbench.config.schema import (
-    config_for_storage,
-    config_from_data,
-    format_cpus,
-    parse_cpus,
-)
+from abbench.config.arms import resolve_arms
+from abbench.config.loader import config_from_data
+from abbench.config.storage import config_for_storage
+from abbench.config.values import format_cpus, parse_cpus
 from abbench.errors import ConfigError
 
 
@@ -48,7 +46,7 @@ def test_arm_and_defaults_fields(tmp_path: Path) -> None:
     data = _cfg(tmp_path, cpus="0-1", nice=5)
     data["defaults"] = {**data["defaults"], "nice": 1}  # type: ignore[dict-item]
     cfg = config_from_data(data, source="arms.yaml")
-    a, b = cfg.resolved_arms()
+    a, b = resolve_arms(cfg)
     assert (a.cpus, a.nice, b.cpus, b.nice) == ([0, 1], 5, None, 1)
     stored = config_for_storage(cfg)
     assert stored["resolved_arms"][0]["cpus"] == [0, 1]

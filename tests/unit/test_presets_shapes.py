@@ -168,19 +168,19 @@ def test_free_port_is_below_the_ephemeral_range(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
-    from abbench.server import process
+    from abbench.server import ports
 
-    low = process.ephemeral_low()
-    ports = {process.free_port("127.0.0.1") for _ in range(20)}
-    assert all(process.AUTO_PORT_LOW <= p < low for p in ports), ports
-    assert len(ports) > 1  # drawn at random: two runs at once rarely meet
-    for p in ports:
+    low = ports.ephemeral_low()
+    drawn = {ports.free_port("127.0.0.1") for _ in range(20)}
+    assert all(ports.AUTO_PORT_LOW <= p < low for p in drawn), drawn
+    assert len(drawn) > 1  # drawn at random: two runs at once rarely meet
+    for p in drawn:
         with socket.socket() as s:
             s.bind(("127.0.0.1", p))  # free
     rng = tmp_path / "range"
     rng.write_text("30010\t60999\n")
-    assert process.ephemeral_low(str(rng)) == 30010
-    assert process.ephemeral_low(str(tmp_path / "none")) == 32768
+    assert ports.ephemeral_low(str(rng)) == 30010
+    assert ports.ephemeral_low(str(tmp_path / "none")) == 32768
     # no room below the range: bind(0) as before (the kernel's own ephemeral port)
-    monkeypatch.setattr(process, "ephemeral_low", lambda: 10020)
-    assert process.free_port("127.0.0.1") >= low
+    monkeypatch.setattr(ports, "ephemeral_low", lambda: 10020)
+    assert ports.free_port("127.0.0.1") >= low

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from abbench.config.loader import config_from_data
 from abbench.config.quality import PromptItem, QualityItem
-from abbench.config.schema import config_from_data
 from abbench.errors import ConfigError
 from abbench.quality.checks import filler_seed, load_item_file
 from abbench.quality.fingerprints import FingerprintTask

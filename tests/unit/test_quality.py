@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from abbench.config.loader import config_from_data
 from abbench.config.quality import Check, NonceSet, PromptItem, QualityItem
-from abbench.config.schema import config_from_data
 from abbench.errors import ConfigError
 from abbench.model.records import parse_records
 from abbench.quality.checks import (

@@ -3,7 +3,7 @@ label; labels are made in report/ and a label a user types resolves back to its 
 
 from __future__ import annotations
 
-from abbench.config.schema import Workload
+from abbench.config.workloads import Workload
 from abbench.model.records import parse_records
 from abbench.model.rounds import round_values
 from abbench.model.rows import RowKey

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from abbench.config.schema import load_config, placeholder_values
+from abbench.config.arms import placeholder_values, resolve_arms
+from abbench.config.loader import load_config
 from abbench.errors import StoreError
 from abbench.model.records import parse_record, parse_records
 from abbench.report.markdown import note_text
@@ -32,7 +33,7 @@ def _start_and_wait(tmp_path: Path, arms_text: str) -> None:
     arms = tmp_path / "arms.yaml"
     arms.write_text(arms_text)
     cfg = load_config(arms)
-    arm = cfg.resolved_arms()[0]
+    arm = resolve_arms(cfg)[0]
     server = start_server(arm, round_=0, log_path=tmp_path / "log",
                           argv_for_port=lambda port: arm.command(
                               placeholder_values(cfg, arm, port=port, round_=0)))

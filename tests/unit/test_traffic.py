@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from abbench.config.schema import Workload
+from abbench.config.workloads import Workload
 from abbench.errors import ConfigError
 from abbench.workload import tracegen
 from abbench.workload.sessions import make_plan, replay_metrics, steady_window
