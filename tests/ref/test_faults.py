@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -392,6 +393,12 @@ def test_a_stray_server_on_the_port_is_never_measured(tmp_path: Path, ref: Path,
                 return False
 
         wait_for(up, 30, "the stray server")
+        # the check calls a listener a stray when it started over 0.5 s before our server
+        # (a start-time tolerance): make the stray that old, whatever the machine's speed
+        import psutil
+
+        born = psutil.Process(stray.pid).create_time()
+        wait_for(lambda: time.time() - born > 1.0, 5, "the stray to be a second old")
         monkeypatch.setattr(arms_mod, "free_port", lambda host: port)  # the race, forced
         arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []}, rounds=1)
         out = Campaign(load_config(arms), RunOptions(results=results)).execute()
@@ -427,7 +434,7 @@ def test_abbench_killed_right_after_the_fork_leaves_no_grandchild(tmp_path: Path
         from pathlib import Path
         from abbench.server import process as arms
         from abbench.config.loader import load_config
-        from abbench.config.arms import placeholder_values
+        from abbench.config.arms import placeholder_values, resolve_arms
 
         class DieAfterFork(subprocess.Popen):
             def __init__(self, args, *a, **k):

@@ -152,7 +152,8 @@ def test_load_samples_tidy(two_runs: tuple[Path, list[str]]) -> None:
     df = abbench.load_samples(results)
     assert list(df.columns) == SAMPLE_COLUMNS
     n_expected = sum(len(r.get("metrics") or {}) for run in list_runs(results)
-                     for r in (x.data() for x in run.records()) if r.get("type") == "sample")
+                     for r in (x.data() for x in run.records())
+                     if r.get("type") in ("sample", "startup"))  # start-up rows too
     assert len(df) == n_expected
     assert set(df["run_id"]) == set(ids) and set(df["label"]) == {"prod", "pr"}
     dec = df[df.metric == "decode_tok_s"].groupby("label")["value"].mean()
