@@ -170,7 +170,11 @@ def test_port_taken_by_another_process(tmp_path: Path, real_parts: dict[str, str
 
 def test_server_exits_during_startup(tmp_path: Path, real_parts: dict[str, str], tag: str,
                                      results: Path) -> None:
-    bad = {**real_parts, "model": str(tmp_path / "missing.gguf")}
+    # a model file that is there (validate foresees a missing one) but is no GGUF: the
+    # server exits while loading it
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"this is not a GGUF file\n" * 64)
+    bad = {**real_parts, "model": str(broken)}
     arms = real_arms(tmp_path / "arms.yaml", real_parts, tag, rounds=1)
     doc = yaml.safe_load(arms.read_text())
     doc["arms"][1]["start"] = llama_start(bad, "-a", f"{tag}-b", ctx=1024)
@@ -179,7 +183,7 @@ def test_server_exits_during_startup(tmp_path: Path, real_parts: dict[str, str],
     assert p.returncode == 1, p.stderr
     assert "FAILED arm b, round 0: arm b, round 0: the server exited with code 1 before it was " \
            "ready" in p.stderr
-    assert "last lines of the server log" in p.stderr and "missing.gguf" in p.stderr
+    assert "last lines of the server log" in p.stderr and "broken.gguf" in p.stderr
     run = only_run(results)
     assert {s["arm"]: s["status"] for s in slots(run)} == {"a": "ok", "b": "failed"}
     wait_gone(tag)
