@@ -89,8 +89,19 @@ def substitute(template: str, values: Mapping[str, str], *, where: str) -> str:
 
 
 def resolve_arms(cfg: Config) -> list[ResolvedArm]:
-    """Every arm of ``cfg``, resolved (presets applied, start commands parsed)."""
-    return [resolve_arm(cfg, a) for a in cfg.arms]
+    """Every arm of ``cfg``, resolved (presets applied, start commands parsed); two arms
+    with one label are refused: their columns and history series could not be told
+    apart."""
+    arms = [resolve_arm(cfg, a) for a in cfg.arms]
+    labels = [a.label for a in arms]
+    for label in sorted({x for x in labels if labels.count(x) > 1}):
+        names = ", ".join(a.name for a in arms if a.label == label)
+        raise ConfigError(f"arms {names} share the label {clip_repr(label, 60)}: their "
+                          "columns and history series could not be told apart",
+                          where=f"{cfg.source or 'arms file'}: arms",
+                          hint="give each arm a label: of its own (README.md, section 'The "
+                               "arms file')")
+    return arms
 
 
 def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
@@ -253,8 +264,8 @@ _BARE_VAR = re.compile(r"(?<!\$)\$([A-Za-z_][A-Za-z0-9_]*)")
 
 def config_warnings(cfg: Config) -> list[str]:
     """What a config says that is probably not what was meant, though it can run:
-    ``$NAME`` (not expanded: only ``${NAME}`` is), two arms with one label, a seed that
-    changes nothing, request fields that make decodes non-greedy."""
+    ``$NAME`` (not expanded: only ``${NAME}`` is), a seed that changes nothing, request
+    fields that make decodes non-greedy."""
     src = cfg.source or "arms file"
     out: list[str] = []
 
@@ -282,11 +293,6 @@ def config_warnings(cfg: Config) -> list[str]:
             verb = "replaces" if len(odd) == 1 else "replace"
             out.append(f"{where}.request_extra: {', '.join(odd)} {verb} abbench's greedy "
                        "settings: fingerprints and quality checks are then not reproducible")
-    labels = [a.label for a in arms]
-    for label in sorted({x for x in labels if labels.count(x) > 1}):
-        names = ", ".join(a.name for a in arms if a.label == label)
-        out.append(f"{src}: arms {names} share the label {clip_repr(label, 60)}: their "
-                   "columns and history series cannot be told apart")
     if cfg.seed is not None and cfg.order != "interleaved":
         out.append(f"{src}: seed: {cfg.seed} changes nothing with order: {cfg.order} (only "
                    "interleaved orders are drawn)")

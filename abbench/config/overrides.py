@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from abbench.config.schema import Config
+from abbench.config.schema import Config, check_until_ci_cap
 from abbench.config.stats import StatsConfig
 from abbench.errors import ConfigError
 
@@ -23,4 +23,9 @@ def with_stats(cfg: Config, **changes: Any) -> Config:
         msg = "; ".join(f"{'.'.join(map(str, er['loc']))}: {er['msg']}" for er in e.errors())
         raise ConfigError(msg, where="command line",
                           hint="write percentages like --until-ci 1% (or 0.01)") from None
+    try:
+        check_until_ci_cap(stats, cfg.rounds)
+    except ValueError as e:
+        raise ConfigError(str(e), where="command line",
+                          hint=f"the arms file plans {cfg.rounds} rounds") from None
     return cfg.model_copy(update={"stats": stats})

@@ -7,6 +7,7 @@ naming the file, the line and field, and what to do."""
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -247,6 +248,16 @@ class ArmConfig(ServerSpec):
     variant_of: tuple[str, str] | None = None
 
 
+
+def check_until_ci_cap(stats: StatsConfig, rounds: int) -> None:
+    """--until-ci adds rounds up to ``max_rounds``: a cap below the planned rounds
+    contradicts them (the run would plan more rounds than it may take)."""
+    if stats.until_ci is not None and stats.max_rounds is not None \
+            and stats.max_rounds < rounds:
+        raise ValueError(f"stats.max_rounds {stats.max_rounds} is below rounds {rounds}: "
+                         "--until-ci adds rounds up to the cap; raise max_rounds (or "
+                         "--max-rounds) to at least the planned rounds, or plan fewer")
+
 class Config(_Frozen):
     schema_version: Literal[1] = 1
     arms: list[ArmConfig] = Field(min_length=2, max_length=64)
@@ -293,6 +304,29 @@ class Config(_Frozen):
         if isinstance(v, Mapping):
             return _scalars_as_text(v, "vars")
         return v
+
+    @field_validator("vars")
+    @classmethod
+    def _vars_as_written(cls, v: dict[str, str]) -> dict[str, str]:
+        """A var goes into start: as written: a placeholder inside one (``x: "{x}"``, a
+        var defined by itself or by another) would reach the server unexpanded."""
+        for name, value in v.items():
+            try:
+                fields = [f for _, f, _, _ in string.Formatter().parse(value) if f is not None]
+            except ValueError:
+                continue  # its syntax is reported where it is used
+            if fields:
+                itself = " (itself)" if fields[0] == name else ""
+                raise ValueError(
+                    f"vars.{name} uses {{{fields[0]}}}{itself}: a var is put into start: as "
+                    "written, placeholders inside vars are not expanded; write the value "
+                    "itself, or {{ and }} for literal braces")
+        return v
+
+    @model_validator(mode="after")
+    def _until_ci_cap(self) -> Config:
+        check_until_ci_cap(self.stats, self.rounds)
+        return self
 
     @model_validator(mode="after")
     def _plan_size(self) -> Config:

@@ -19,6 +19,8 @@ from abbench.config.traffic import SessionsSpec, TraceSpec
 from abbench.config.values import Context, _Frozen, format_context
 from abbench.model.rows import RowKey
 
+#: the most tokens (prompt plus decode) one request may ask for
+MAX_REQUEST_TOKENS = 16 * 1024 * 1024
 
 class PromptSource(_Frozen):
     source: Literal["filler", "file"] = "filler"
@@ -148,6 +150,17 @@ class Workload(_Frozen):
                 if data.get(kind) is not None:
                     return {**data, "kind": kind}
         return data
+
+    @model_validator(mode="after")
+    def _fits_a_context(self) -> Workload:
+        """A prompt plus its decode that no server's context holds (16M tokens: several
+        times the longest context windows served today) is a typo, not a plan."""
+        if self.contexts and max(self.contexts) + self.decode_tokens > MAX_REQUEST_TOKENS:
+            raise ValueError(
+                f"contexts up to {max(self.contexts):,} plus decode_tokens "
+                f"{self.decode_tokens:,} make a request of more than {MAX_REQUEST_TOKENS:,} "
+                "tokens, which no server's context holds; check the numbers")
+        return self
 
     @model_validator(mode="after")
     def _decode_or_load(self) -> Workload:
