@@ -30,7 +30,14 @@ from abbench.config.workloads import Workload
 from abbench.model.load import PERCENTILES, aggregate, percentile
 from abbench.server.http import AsyncSession, async_session
 from abbench.workload.decode import Client, PromptMaker
-from abbench.workload.load import LoadJob, LoadResult, mark_cut, send_request, until_done
+from abbench.workload.load import (
+    LevelOutcome,
+    LoadJob,
+    LoadResult,
+    mark_cut,
+    send_request,
+    until_done,
+)
 from abbench.workload.trace import (
     Segment,
     TokenBook,
@@ -368,13 +375,8 @@ def replay_metrics(records: Sequence[dict[str, Any]], *, steady: tuple[float, fl
     return metrics, detail
 
 
-@dataclass
-class ReplayOutcome:
-    requests: list[dict[str, Any]]
-    metrics: dict[str, float]
-    detail: dict[str, Any]
-    valid: bool
-    reason: str | None
+#: a measured replay, stored as a load level is: each request, then the sample
+ReplayOutcome = LevelOutcome
 
 
 def measure_replay(client: Client, prompts: PromptMaker, workload: Workload, plan: Plan, *,
