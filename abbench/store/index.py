@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from abbench.errors import StoreError
-from abbench.model.records import Sample, SlotRecord, WorkloadSample
+from abbench.model.records import Sample, SlotRecord
 from abbench.model.rounds import comparable_records, round_values
 from abbench.store.run import RUN_FILE, SAMPLES_FILE, Run
 
@@ -174,17 +174,6 @@ class KeyedRound(NamedTuple):
     value: float
 
 
-class RoundValue(NamedTuple):
-    """One round's value (its reps averaged) of one arm in one run."""
-
-    run_id: str
-    created_ts: float | None
-    arm: str
-    label: str
-    commit: str | None
-    round: int
-    value: float
-
 
 @dataclass(frozen=True)
 class RefreshStats:
@@ -249,15 +238,6 @@ def _model_var(folder: Path) -> str | None:
     vars_ = cfg.get("vars") if isinstance(cfg, dict) else None
     return _text(vars_.get("model")) if isinstance(vars_, dict) else None
 
-
-def row_keys(records: Iterable[Any]) -> dict[str, tuple[int | None, int | None, bool]]:
-    """Row id -> (context, decode tokens, side calls), read from the typed fields of
-    the row's own workload samples (a collector's window of that row has none)."""
-    out: dict[str, tuple[int | None, int | None, bool]] = {}
-    for r in records:
-        if isinstance(r, WorkloadSample) and r.workload not in out:
-            out[r.workload] = (r.context, r.decode_tokens, r.side_calls is not None)
-    return out
 
 
 class Index:
@@ -406,21 +386,6 @@ class Index:
                 for rid, path, created, ts, status, rounds, done, base, machine, n_s, n_i, n_f,
                 err in self.db.execute(sql, args)]
 
-    def round_values(self, metric: str, workloads: Iterable[str] | None = None,
-                     labels: Iterable[str] | None = None) -> list[RoundValue]:
-        """Every stored round value of ``metric``, oldest run first."""
-        sql = ("SELECT v.run_id, r.created_ts, v.arm, a.label, a.commit_id, v.round, v.value"
-               " FROM vals v JOIN runs r ON r.id = v.run_id"
-               " JOIN arms a ON a.run_id = v.run_id AND a.name = v.arm WHERE v.metric = ?")
-        args: list[Any] = [metric]
-        for col, wanted in (("v.workload", workloads), ("a.label", labels)):
-            if wanted is not None:
-                wanted = list(wanted)
-                sql += f" AND {col} IN ({', '.join('?' * len(wanted))})"
-                args += wanted
-        sql += " ORDER BY coalesce(r.created_ts, 0), v.run_id, a.position, v.round"
-        return [RoundValue(run_id, ts, arm, lab, commit, rnd, value)
-                for run_id, ts, arm, lab, commit, rnd, value in self.db.execute(sql, args)]
 
     def keyed_rounds(self, metrics: Iterable[str] | None = None,
                      workloads: Iterable[str] | None = None) -> list[KeyedRound]:
@@ -588,5 +553,5 @@ def open_index(results: Path, *, refresh: bool = True) -> Index:
     return index
 
 
-__all__ = ["INDEX_FILE", "MIGRATIONS", "ArmInfo", "Index", "KeyedRound", "RoundValue", "RunInfo",
+__all__ = ["INDEX_FILE", "MIGRATIONS", "ArmInfo", "Index", "KeyedRound", "RunInfo",
            "RunValue", "open_index"]

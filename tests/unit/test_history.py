@@ -136,7 +136,7 @@ def test_index_follows_the_folders(results: Path) -> None:
     with open_index(results) as ix:
         assert [r.id for r in ix.runs()] == [r.id for r in runs]
         assert ix.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
-        assert len(ix.round_values("decode_tok_s")) == 3 * 2 * 3
+        assert len(ix.keyed_rounds(["decode_tok_s"])) == 3 * 2 * 3
     # a new round in run 0 (a 4th, both arms finished) is seen; a removed run is dropped
     for pos, (arm, v) in enumerate((("base", 50.0), ("cand", 55.0))):
         runs[0].append(parse_record({
@@ -149,8 +149,8 @@ def test_index_follows_the_folders(results: Path) -> None:
     shutil.rmtree(runs[2].path)
     with open_index(results) as ix:
         assert [r.id for r in ix.runs()] == [runs[0].id, runs[1].id]
-        vals = [v.value for v in ix.round_values("decode_tok_s", labels=["base"])
-                if v.run_id == runs[0].id]
+        vals = [v.value for v in ix.keyed_rounds(["decode_tok_s"])
+                if v.run_id == runs[0].id and v.label == "base"]
         assert len(vals) == 4 and 50.0 in vals
         stats = ix.refresh()
         assert stats.read == 0 and stats.scanned == 2
@@ -258,7 +258,7 @@ def test_one_definition_of_comparable_in_report_compare_index_and_load_samples(
     assert {a: c.rounds for r in table.rows if r.metric == "decode_tok_s"
             for a, c in r.cells.items()} == {"base": [0], "cand": [0]}
     with open_index(results) as ix:
-        vals = [(v.run_id, v.arm, v.round) for v in ix.round_values("decode_tok_s")
+        vals = [(v.run_id, v.arm, v.round) for v in ix.keyed_rounds(["decode_tok_s"])
                 if v.run_id == run.id]
     assert sorted(vals) == [(run.id, "base", 0), (run.id, "cand", 0)]
     df = load_samples(results)
