@@ -383,12 +383,12 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
         return None
     outl["d"] = outlier_rounds(rounds, list(d), floor=math.log1p(noise_band) / 4)
     lo_edge, hi_edge = band_edges(noise_band)
-    # exact: every round the same log-ratio (the mean of n equal floats need not be
-    # that float, so the sd of d is no test of it)
-    exact = kind == "deterministic" and n >= 2 and bool(np.all(d == d[0]))
-    # a sampled metric's rounds that agree to the last bits of a float (a discrete one:
-    # log(5/4) computed from per-round logs differs by 1e-17 between rounds)
-    agree = not exact and n >= 2 and bool(np.all(np.abs(d - d[0]) <= 1e-12))
+    # rounds that agree, to the last bits of a float (log(5/4) computed from per-round
+    # logs differs by 1e-17 between rounds; the sd of d is no test of it): exact for a
+    # deterministic metric, a discrete one's agreement (the sign test) for a sampled one
+    agree_all = n >= 2 and bool(np.all(np.abs(d - d[0]) <= 1e-12))
+    exact = kind == "deterministic" and agree_all
+    agree = agree_all and not exact
     if exact:
         m0 = float(d[0])
         t = TResult(m0, 0.0, m0, m0, 1.0 if m0 == 0 else 0.0)
