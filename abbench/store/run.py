@@ -330,6 +330,14 @@ class Run:
 
     # ------------------------------------------------------------ reading
     def meta(self) -> dict[str, Any]:
+        """run.json as written (checked field by field: :meth:`info` types it)."""
+        return self._read_meta()[0]
+
+    def info(self) -> RunMeta:
+        """run.json typed (:class:`RunMeta`), read and checked as :meth:`meta` is."""
+        return self._read_meta()[1]
+
+    def _read_meta(self) -> tuple[dict[str, Any], RunMeta]:
         path = self.path / RUN_FILE
         try:
             meta = json.loads(path.read_text(encoding="utf-8"))
@@ -350,17 +358,9 @@ class Run:
         if not isinstance(meta, dict):
             raise StoreError(f"run.json holds a JSON {type(meta).__name__}, not an object",
                              where=str(path), hint="restore the run's run.json from a backup")
-        check_schema(meta.get("schema"), where=str(self.path / RUN_FILE))
-        self._typed(meta)
-        return meta
-
-    def _typed(self, meta: Any) -> RunMeta:
-        if not isinstance(meta, dict):
-            raise StoreError(f"run.json holds a {type(meta).__name__}, not a mapping",
-                             where=str(self.path / RUN_FILE),
-                             hint="restore run.json (abbench writes it as a JSON object)")
+        check_schema(meta.get("schema"), where=str(path))
         try:
-            return parse_meta(meta)
+            return meta, parse_meta(meta)
         except MetaError as e:
             raise StoreError("run.json has a field of the wrong type: "
                              + "; ".join(e.problems[:5])
@@ -369,10 +369,6 @@ class Run:
                              where=str(self.path / RUN_FILE),
                              hint="restore the field as abbench wrote it (or the whole "
                                   "run.json from a copy)") from None
-
-    def info(self) -> RunMeta:
-        """run.json typed (:class:`RunMeta`), validated as :meth:`meta` reads it."""
-        return self._typed(self.meta())
 
     # ------------------------------------------------------------ typed updates
     def set_until_ci(self, state: UntilCiState,
