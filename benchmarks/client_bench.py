@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 import requests  # noqa: E402
 
 from abbench.campaign.environment import cpu_model  # noqa: E402
-from abbench.model.load import aggregate, percentile  # noqa: E402
+from abbench.model.load_window import aggregate, percentile  # noqa: E402
 from abbench.server.ports import free_port  # noqa: E402
 from abbench.workload import load  # noqa: E402
 from abbench.workload.load import LoadJob, LoadResult, arrival_times, run_level  # noqa: E402

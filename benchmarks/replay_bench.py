@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from abbench.campaign.environment import cpu_model  # noqa: E402
-from abbench.model.load import aggregate  # noqa: E402
+from abbench.model.load_window import aggregate  # noqa: E402
 from abbench.server.http import async_session  # noqa: E402
 from abbench.workload.load import LoadJob, LoadResult, until_done  # noqa: E402
 from abbench.workload.sessions import _in_workers, _replay  # noqa: E402

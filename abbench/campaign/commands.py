@@ -34,24 +34,24 @@ from abbench.campaign.shards import (
 )
 from abbench.config.loader import load_config
 from abbench.config.overrides import with_stats
-from abbench.config.plan import plan
+from abbench.config.schedule_plan import plan
 from abbench.config.stats import fraction_option
 from abbench.errors import AbbenchError, ConfigError, StoreError
 from abbench.history.check import check_history, format_check
-from abbench.history.export import write_otava
+from abbench.history.otava import write_otava
 from abbench.history.plot import plot_history
 from abbench.history.series import build_series, format_runs, format_series, parse_when
 from abbench.history.site import write_site
 from abbench.report.builds import render_builds
-from abbench.report.calibrate import (
+from abbench.report.compare import Format, compare_table, parse_run_arm, render, run_table
+from abbench.report.markdown import note_text
+from abbench.report.noise_floor import (
     band_yaml,
     noise_floor,
     noise_sources,
     render_calibration,
     render_noise_sources,
 )
-from abbench.report.compare import Format, compare_table, parse_run_arm, render, run_table
-from abbench.report.markdown import note_text
 from abbench.report.plan import describe_plan
 from abbench.report.quality_text import diff_text
 from abbench.report.table import table_of

@@ -33,7 +33,7 @@ from abbench.collectors.tasks import workload_window
 from abbench.config.arms import ResolvedArm, placeholder_values, resolve_arms
 from abbench.config.foresight import model_files
 from abbench.config.loader import prompt_text
-from abbench.config.plan import plan
+from abbench.config.schedule_plan import plan
 from abbench.config.schema import Config
 from abbench.config.storage import config_for_storage
 from abbench.config.workloads import Workload
@@ -59,11 +59,11 @@ from abbench.model.records import (
 )
 from abbench.model.rounds import complete_rounds, read_state
 from abbench.model.schedule import Slot
-from abbench.report.capacity import write_capacity
 from abbench.report.compare import stored_config
 from abbench.report.formats import render_json
 from abbench.report.markdown import note_text, render_markdown
 from abbench.report.notes import exposure_note
+from abbench.report.pareto_plot import write_capacity
 from abbench.report.setup import life_line
 from abbench.report.sweep import write_sweep
 from abbench.report.table import Note, table_of
@@ -73,7 +73,7 @@ from abbench.server.process import Server, start_server
 from abbench.slot import SlotContext, SlotTask
 from abbench.store.run import Run
 from abbench.version import __version__
-from abbench.workload.capacity import run_capacity
+from abbench.workload.capacity_search import run_capacity
 from abbench.workload.decode import Client, PromptMaker, run_decode
 from abbench.workload.load import level_arrivals, measure_level
 

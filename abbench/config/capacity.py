@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
-from abbench.config.base import Frozen
+from abbench.config.frozen import Frozen
 
 Bound = Annotated[float, Field(gt=0)]
 
@@ -16,7 +16,7 @@ class CapacitySpec(Frozen):
     arrival rate) whose p99 latencies meet every bound given: the range's low end
     first, then doubling until a level fails, then halving the gap between the last
     level that met the bounds and the first that did not, until it is at most
-    ``resolution`` (abbench/workload/capacity.py)."""
+    ``resolution`` (abbench/workload/capacity_search.py)."""
 
     concurrency: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = Field(
         None, description="[low, high]: closed-loop concurrency range searched")
@@ -68,7 +68,7 @@ class CapacitySpec(Frozen):
         return self.rate is not None
 
     def bounds(self) -> dict[str, float]:
-        """metric of abbench/model/load.py -> its bound (ms)."""
+        """metric of abbench/model/load_window.py -> its bound (ms)."""
         pairs = (("load_ttft_p99_ms", self.ttft_p99_ms), ("load_itl_p99_ms", self.itl_p99_ms),
                  ("load_e2e_p99_ms", self.e2e_p99_ms))
         return {k: v for k, v in pairs if v is not None}

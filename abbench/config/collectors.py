@@ -16,7 +16,7 @@ from pydantic import (
 )
 
 from abbench import registry
-from abbench.config.base import Frozen, endpoint_path
+from abbench.config.frozen import Frozen, endpoint_path
 from abbench.errors import clip_repr
 
 

@@ -1,4 +1,5 @@
-"""The ``quality:`` and ``fingerprints:`` sections of arms.yaml, and the files they name."""
+"""The ``quality:``, ``fingerprints:`` and ``speculative:`` sections of arms.yaml, and the
+files they name."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from abbench.config.base import Frozen, endpoint_path
+from abbench.config.frozen import Frozen, endpoint_path
 
 
 class _Frozen(Frozen):
@@ -155,3 +156,15 @@ class PromptItem(_Frozen):
 
 class QualityItem(PromptItem):
     check: Check
+
+
+class SpeculativeConfig(FingerprintConfig):
+    """Each prompt set decoded greedily and streamed in every server life: decode tok/s
+    and the server's own acceptance figures (drafted, accepted, verification steps),
+    one row each per set. Sets as under ``fingerprints:`` (``code``, ``ctx``, ``think``,
+    a ``{name, nonce: {...}}`` set); acceptance differs by kind of prompt."""
+
+    max_tokens: int | None = Field(None, ge=2, description="decode length of every prompt "
+                                   "(greedy, stops at EOS); default: the set file's, else 32")
+    prompts: int | None = Field(None, ge=1, description="the first N prompts of each set "
+                                "(default: all)")

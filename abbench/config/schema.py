@@ -20,10 +20,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from abbench import registry
-from abbench.config.base import endpoint_path
 from abbench.config.collectors import CollectorSettings
-from abbench.config.quality import FingerprintConfig, QualityConfig
-from abbench.config.speculative import SpeculativeConfig
+from abbench.config.frozen import endpoint_path
+from abbench.config.quality import FingerprintConfig, QualityConfig, SpeculativeConfig
 from abbench.config.stats import StatsConfig, TableConfig
 from abbench.config.values import (
     _LENGTH_FIELDS,

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from abbench.config.base import Frozen, parse_context
+from abbench.config.frozen import Frozen, parse_context
 from abbench.errors import clip_repr
 
 Tokens = Annotated[int, BeforeValidator(parse_context)]

@@ -12,7 +12,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from abbench.config.base import Frozen, parse_context
+from abbench.config.frozen import Frozen, parse_context
 from abbench.errors import clip
 
 

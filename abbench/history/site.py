@@ -19,7 +19,7 @@ from typing import Any
 
 from abbench.errors import StoreError
 from abbench.history.check import WORDS, CheckResult, format_check
-from abbench.history.export import publish
+from abbench.history.otava import publish
 from abbench.history.plot import groups
 from abbench.history.series import Series
 from abbench.model.metrics import spec

@@ -44,7 +44,7 @@ _DECLARED = (
     MetricSpec("server_decode_tok_s", "decode (server timings)", "tok/s", "higher", table=False),
     MetricSpec("server_prefill_tok_s", "prefill (server timings)", "tok/s", "higher", 1,
                table=False),
-    # load workloads, per (arm, round, level): abbench/model/load.py defines each
+    # load workloads, per (arm, round, level): abbench/model/load_window.py defines each
     MetricSpec("load_output_tok_s", "output", "tok/s", "higher", 1),
     MetricSpec("load_req_s", "requests", "req/s", "higher", 2, table=False),
     MetricSpec("load_ttft_p50_ms", "TTFT p50", "ms", "lower", 1, table=False),
@@ -70,7 +70,7 @@ _DECLARED = (
     # start-up, per server life (row "server"): abbench/server/startup.py
     MetricSpec("startup_s", "start to ready", "s", "lower", 2, table=False),
     MetricSpec("first_ttft_ms", "first request's TTFT", "ms", "lower", 1, table=False),
-    # capacity under an SLA, per server life: abbench/workload/capacity.py
+    # capacity under an SLA, per server life: abbench/workload/capacity_search.py
     MetricSpec("capacity_max_concurrency", "max concurrency meeting the SLA", "", "higher", 0),
     MetricSpec("capacity_max_rate", "max rate meeting the SLA", "req/s", "higher", 2),
     MetricSpec("capacity_output_tok_s", "output at capacity", "tok/s", "higher", 1,

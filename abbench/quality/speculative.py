@@ -27,8 +27,8 @@ from typing import Any
 from abbench.collectors.base import dig
 from abbench.collectors.counters import counter_value
 from abbench.config.presets import Preset
+from abbench.config.quality import SpeculativeConfig
 from abbench.config.schema import Config
-from abbench.config.speculative import SpeculativeConfig
 from abbench.errors import Interrupted, RequestError
 from abbench.model.records import DecodeSample, at
 from abbench.quality.fingerprints import FingerprintTask, PromptSet

@@ -9,7 +9,7 @@ from typing import Any
 
 from abbench.errors import ConfigError
 from abbench.model.records import FingerprintRecord, Record
-from abbench.report.quality import (
+from abbench.report.quality_summary import (
     MAX_LISTED,
     QualitySummary,
     _modal,

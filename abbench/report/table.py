@@ -21,7 +21,8 @@ from abbench.errors import ConfigError
 from abbench.model.metrics import catalogue, spec
 from abbench.model.records import Record, Sample, SlotRecord, WorkloadSample
 from abbench.model.rounds import RoundValues, comparable_records, round_values
-from abbench.report import quality
+from abbench.report import quality_summary
+from abbench.report.acceptance_note import acceptance_notes
 from abbench.report.hosts import flag_notes, hosts_note, mixed_note, per_host_note
 from abbench.report.notes import (
     collector_notes,
@@ -34,7 +35,6 @@ from abbench.report.notes import (
 )
 from abbench.report.selection import pick_rows
 from abbench.report.setup import run_setup
-from abbench.report.speculative import acceptance_notes
 from abbench.report.tablemodel import Cell, Note, Row, Table
 from abbench.stats.blocks import round_hosts
 from abbench.stats.cells import adjust_cells, compare_cell
@@ -117,7 +117,7 @@ def compute_table(records: list[Record], meta: dict[str, Any], *,
     table.notes += run_notes(meta)  # how --until-ci chose the rounds
     table.notes += side_call_notes(records, meta)
     table.notes += acceptance_notes(records)
-    table.quality = quality.summarize(records, arms, base, alpha=settings.alpha)
+    table.quality = quality_summary.summarize(records, arms, base, alpha=settings.alpha)
     if hosts:
         line = hosts_note(meta)
         table.header += [line] if line else []

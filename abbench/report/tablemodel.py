@@ -10,7 +10,7 @@ from typing import Any
 from abbench.model.metrics import MetricSpec
 from abbench.model.records import SlotRecord
 from abbench.model.rows import SERVER_ROW, RowKey
-from abbench.report import quality
+from abbench.report import quality_summary
 from abbench.report.setup import RunSetup
 from abbench.stats.paired import Comparison
 
@@ -93,7 +93,7 @@ class Table:
     notes: list[Note] = field(default_factory=list)
     failed_slots: list[SlotRecord] = field(default_factory=list)
     invalid: dict[str, int] = field(default_factory=dict)
-    quality: quality.QualitySummary | None = None
+    quality: quality_summary.QualitySummary | None = None
     #: what was compared (report/setup.py): the setup line and each arm's differences
     setup: RunSetup | None = None
 

@@ -15,7 +15,7 @@ number). A round's mean log value then has variance sigma_b^2 + sigma_w^2 / reps
 and the paired log-ratio of two arms twice that: more reps only shrink the second
 term, more rounds shrink both. :func:`plan_reps` prices each choice of reps with
 the measured time of a server life and of a rep (:func:`life_timing`) and picks
-the cheapest. Pure functions: records in, results out; report/calibrate.py renders.
+the cheapest. Pure functions: records in, results out; report/noise_floor.py renders.
 """
 
 from __future__ import annotations

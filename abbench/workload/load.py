@@ -27,7 +27,7 @@ from typing import Any
 
 from abbench.config.workloads import Arrival, LoadLevel, LoadSpec, Workload
 from abbench.errors import RequestError
-from abbench.model.load import aggregate, chunk_tokens
+from abbench.model.load_window import aggregate, chunk_tokens
 from abbench.server.http import AsyncClientError, AsyncSession, async_session
 from abbench.workload import wire
 from abbench.workload.decode import Client, PromptMaker

@@ -27,7 +27,7 @@ from typing import Any
 
 from abbench.config.traffic import SessionsSpec, TraceSpec
 from abbench.config.workloads import Workload
-from abbench.model.load import PERCENTILES, aggregate, percentile
+from abbench.model.load_window import PERCENTILES, aggregate, percentile
 from abbench.server.http import AsyncSession, async_session
 from abbench.workload.decode import Client, PromptMaker
 from abbench.workload.load import (

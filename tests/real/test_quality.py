@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from abbench.cli import app
 from abbench.quality.fingerprints import fingerprint
-from abbench.report.quality import _short
+from abbench.report.quality_summary import _short
 from abbench.report.text import md_escape
 from abbench.store.run import list_runs
 from tests.conftest import ROOT, llama_start, no_process_left, write_arms

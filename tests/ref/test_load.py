@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from abbench.model.load import aggregate, percentile
+from abbench.model.load_window import aggregate, percentile
 from tests.conftest import REFSERVER, no_server_left, write_arms
 from tests.ref.test_cli import abbench, only_run
 

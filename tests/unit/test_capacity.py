@@ -6,8 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from abbench.config.capacity import CapacitySpec
-from abbench.report.capacity import pareto_front
-from abbench.workload.capacity import bracket
+from abbench.report.pareto_plot import pareto_front
+from abbench.workload.capacity_search import bracket
 
 
 @pytest.mark.parametrize("knee", [1, 2, 3, 4, 5, 7, 8, 11, 12])

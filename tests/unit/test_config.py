@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from abbench.config.arms import placeholder_values, resolve_arms, substitute
-from abbench.config.base import parse_context
+from abbench.config.frozen import parse_context
 from abbench.config.loader import expand_env, load_config
 from abbench.config.storage import config_for_storage
 from abbench.config.values import format_context

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from abbench.model.records import parse_records
-from abbench.report.quality import summarize
+from abbench.report.quality_summary import summarize
 from abbench.report.quality_text import fingerprint_summary, render_section
 from abbench.report.table import Table
 

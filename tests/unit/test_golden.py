@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from abbench.cli import app
-from abbench.report.calibrate import noise_floor, render_calibration
 from abbench.report.compare import run_table
 from abbench.report.markdown import note_text, render_markdown
+from abbench.report.noise_floor import noise_floor, render_calibration
 from abbench.report.quality_text import render_section
 from abbench.report.tablemodel import Note
 from abbench.store.run import Run

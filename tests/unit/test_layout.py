@@ -122,3 +122,13 @@ def test_one_http_client_every_call_to_a_server_goes_through_the_transport() -> 
                    for n in names):
                 users.append(str(path.relative_to(PKG)))
     assert sorted(set(users)) == ["server/http.py"]
+
+
+def test_module_names_are_unique_and_say_their_role() -> None:
+    """No two modules of abbench/ share a file name (``__init__.py`` aside): a name such
+    as ``quality.py`` in three folders says neither its stage nor its job."""
+    names: dict[str, list[str]] = {}
+    for p in PKG.rglob("*.py"):
+        if p.name != "__init__.py":
+            names.setdefault(p.name, []).append(str(p.relative_to(PKG)))
+    assert {n: ps for n, ps in names.items() if len(ps) > 1} == {}

@@ -12,7 +12,7 @@ import pytest
 
 from abbench.config.loader import config_from_data
 from abbench.errors import ConfigError
-from abbench.model.load import aggregate, chunk_tokens, itl_values, mean_itl, percentile
+from abbench.model.load_window import aggregate, chunk_tokens, itl_values, mean_itl, percentile
 from abbench.model.metrics import METRICS
 from abbench.model.records import parse_records
 from abbench.report.markdown import note_text

@@ -22,7 +22,7 @@ from abbench.quality.checks import (
 )
 from abbench.quality.fingerprints import FingerprintTask, fingerprint, nonce_prompts
 from abbench.report.markdown import render_markdown
-from abbench.report.quality import char_divergence, stability, token_divergence
+from abbench.report.quality_summary import char_divergence, stability, token_divergence
 from abbench.report.quality_text import diff_text
 from abbench.report.table import table_of
 from tests.recordkit import lives
@@ -314,7 +314,7 @@ def test_failed_command_and_invalid_score_are_reported() -> None:
 def test_item_tests_exact_mcnemar_on_majority_verdicts() -> None:
     from scipy.stats import binomtest
 
-    from abbench.report.quality import item_tests, summarize
+    from abbench.report.quality_summary import item_tests, summarize
     from abbench.report.quality_text import to_json
 
     def rec(arm: str, item: int, round_: int, passed: bool) -> dict:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from abbench.config.presets import LLAMA_CPP, SGLANG
 from abbench.model.records import DecodeSample, Record
 from abbench.quality.speculative import SetTotals, acceptance, set_counts
+from abbench.report.acceptance_note import acceptance_notes
 from abbench.report.markdown import note_text
-from abbench.report.speculative import acceptance_notes
 from abbench.workload.decode import StreamResult
 
 

@@ -16,9 +16,9 @@ from scipy import stats as sps
 
 from abbench.config.stats import StatsConfig
 from abbench.model.records import parse_records
-from abbench.report.calibrate import band_yaml, noise_floor, render_calibration
 from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
+from abbench.report.noise_floor import band_yaml, noise_floor, render_calibration
 from abbench.report.table import table_of
 from abbench.stats import paired as stats
 from abbench.stats.paired import compare

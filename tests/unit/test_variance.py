@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from abbench.model.records import parse_records
-from abbench.report.calibrate import NoiseSources, noise_sources, render_noise_sources
 from abbench.report.compare import run_table
+from abbench.report.noise_floor import NoiseSources, noise_sources, render_noise_sources
 from abbench.report.table import Table
 from abbench.stats.paired import rounds_needed
 from abbench.stats.variance import (
