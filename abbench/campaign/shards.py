@@ -329,16 +329,17 @@ def follow(folder: Path, *, progress: Progress, poll_s: float = 2.0,
     camp = load_campaign(folder)
     plans = {p.index: p.rounds for p in shard_plans(camp)}
     jobs = sorted({str(s["job"]) for s in camp.get("submissions") or []})
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     started: float | None = None
     done_before: int | None = None
     last, last_t = "", 0.0
-    unknown_before: set[int] = set()
+    states: dict[int, dict[str, Any]] = {}
     stop = threading.Event()
     try:
         with handle_signals(stop):
-            while True:
-                states = task_states(folder, camp)
+            for p in slurm.polls(lambda: task_states(folder, camp),
+                                 lambda st: {i: s["state"] for i, s in st.items()},
+                                 poll_s=poll_s, timeout_s=timeout_s, sleep=sleep):
+                states = p.reading
                 done = rounds_done(shard_plans(camp), shard_runs(folder))
                 if done_before is None:
                     done_before = sum(done.values())
@@ -349,14 +350,11 @@ def follow(folder: Path, *, progress: Progress, poll_s: float = 2.0,
                 if what != last or time.monotonic() - last_t >= EVERY_S:
                     progress.log(line)
                     last, last_t = what, time.monotonic()
-                ended, unknown_before = slurm.settled(
-                    {i: s["state"] for i, s in states.items()}, unknown_before)
-                if ended or not states:  # nothing submitted: nothing to follow
+                if p.done or not states:  # nothing submitted: nothing to follow
                     break
-                if deadline is not None and time.monotonic() >= deadline:
+                if p.overdue:
                     raise Interrupted(f"stopped following after {timeout_s:g} s",
                                       hint=_follow_hint(folder, jobs))
-                sleep(poll_s)
     except Interrupted as e:
         raise Interrupted(f"{e.message}; the shards keep running in Slurm job(s) "
                           f"{', '.join(jobs)}", hint=_follow_hint(folder, jobs)) from None

@@ -38,8 +38,8 @@ Steps 2 to 5 run only for the tasks that step 1 did not list. For each task, the
 terminal state found wins. A task that no source knows is ``UNKNOWN``: it ended
 without accounting and its status file is missing, it started and was killed before
 it could write its outcome, or someone else scancel'ed it while it was pending.
-:func:`settled` (the rule of :func:`wait` and of a campaign's follow) takes UNKNOWN as
-final only when two polls in a row return it.
+:func:`polls` is the one poller (of :func:`wait` and of a campaign's follow); its rule,
+:func:`settled`, takes UNKNOWN as final only when two polls in a row return it.
 """
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ import shlex
 import subprocess
 import time as _time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from abbench.errors import SchedulerError
 
@@ -72,6 +73,7 @@ _HINT_CONTROLLER = ("is slurmctld up? `scontrol ping` says; for the local cluste
                     "`bash scripts/slurm-local.sh up` and export the SLURM_CONF it prints")
 _TIMEOUT_S = 60.0
 _JOB_NAME = re.compile(r"[A-Za-z0-9._+-]{1,128}")
+R = TypeVar("R")
 
 
 def is_terminal(state: str) -> bool:
@@ -476,13 +478,42 @@ def count_states(states: Mapping[int, str]) -> str:
 
 
 def settled(states: Mapping[int, str], unknown_before: set[int]) -> tuple[bool, set[int]]:
-    """The one rule of every poller here: the tasks are done when each is terminal and
+    """The one rule of every poll here: the tasks are done when each is terminal and
     no task is UNKNOWN that was not UNKNOWN at the previous poll (UNKNOWN is final only
     when two polls in a row return it). Returns (done, the UNKNOWN tasks now: the next
     poll's ``unknown_before``)."""
     unknown = {t for t, s in states.items() if s == UNKNOWN}
     return bool(states) and all(is_terminal(s) for s in states.values()) \
         and unknown <= unknown_before, unknown
+
+
+@dataclass(frozen=True)
+class Poll(Generic[R]):
+    """One reading of :func:`polls`: what was read, the task states in it, whether they
+    have settled (:func:`settled`) and whether ``timeout_s`` has passed."""
+
+    reading: R
+    states: dict[int, str]
+    done: bool
+    overdue: bool
+
+
+def polls(read: Callable[[], R], states_of: Callable[[R], Mapping[int, str]], *,
+          poll_s: float, timeout_s: float | None = None,
+          sleep: Callable[[float], None] = _time.sleep) -> Iterator[Poll[R]]:
+    """The one Slurm poller: ``read()`` every ``poll_s``, each reading yielded with its
+    task states (``states_of``), whether they settled and whether the time is up. The
+    caller stops iterating when it is done, and raises its own error when overdue (a
+    job's wait and a campaign's follow say different things to do)."""
+    deadline = None if timeout_s is None else _time.monotonic() + timeout_s
+    unknown_before: set[int] = set()  # tasks UNKNOWN at the previous poll
+    while True:
+        reading = read()
+        states = dict(states_of(reading))
+        done, unknown_before = settled(states, unknown_before)
+        yield Poll(reading, states, done,
+                   deadline is not None and _time.monotonic() >= deadline)
+        sleep(poll_s)
 
 
 def wait(job_id: str, *, n_tasks: int | None = None,
@@ -494,29 +525,26 @@ def wait(job_id: str, *, n_tasks: int | None = None,
     every change. ``timeout_s`` raises SchedulerError when the tasks are still not done
     (they keep running: :func:`cancel` them, or wait again)."""
     job_id = str(job_id)
-    deadline = None if timeout_s is None else _time.monotonic() + timeout_s
     last: dict[int, str] | None = None
-    unknown_before: set[int] = set()  # tasks UNKNOWN at the previous poll
     empty_before = False  # the previous poll listed no task at all
-    while True:
-        states = task_states(job_id, n_tasks=n_tasks, output_dir=output_dir)
-        if states != last:
+    for p in polls(lambda: task_states(job_id, n_tasks=n_tasks, output_dir=output_dir),
+                   dict, poll_s=poll_s, timeout_s=timeout_s):
+        if p.states != last:
             if on_progress is not None:
-                on_progress(dict(states))
-            last = states
-        done, unknown = settled(states, unknown_before)
-        if done:
-            return states
-        if not states and empty_before:
+                on_progress(dict(p.states))
+            last = p.states
+        if p.done:
+            return p.states
+        if not p.states and empty_before:
             raise SchedulerError(f"job {job_id} is unknown to squeue, scontrol and sacct",
                                  where=f"job {job_id}",
                                  hint="was it submitted to this cluster? pass n_tasks= and "
                                       "output_dir= so that its status files are read")
-        unknown_before, empty_before = unknown, not states
-        if deadline is not None and _time.monotonic() >= deadline:
+        empty_before = not p.states
+        if p.overdue:
             raise SchedulerError(f"job {job_id} not done after {timeout_s:g} s: "
-                                 f"{count_states(states) or 'no tasks listed'}",
+                                 f"{count_states(p.states) or 'no tasks listed'}",
                                  where=f"job {job_id}",
                                  hint=f"its tasks keep running; `abbench cancel CAMPAIGN` (or "
                                       f"`scancel {job_id}`) stops them")
-        _time.sleep(poll_s)
+    raise AssertionError("polls() ended")  # it never does: it polls until stopped
