@@ -184,7 +184,7 @@ def calibrate_arm(arms_file: Path, *, arm: str, rounds: int | None, effect: str,
     opts = RunOptions(results=results or Path(cfg.results), rounds=rounds, seed=seed,
                       config_path=str(arms_file))
     outcome = calibrate(cfg, arm, opts, progress=make_progress(live))
-    records, meta = outcome.run.records(), outcome.run.meta()
+    records, meta = outcome.run.records(), outcome.run.info()
     table = table_of(records, meta)
     floors = noise_floor(table, effect=size, settings=cfg.stats)
     text = render_calibration(floors, arm=arm, effect=size, settings=cfg.stats)
@@ -302,7 +302,7 @@ def diff(run_ref: str, results: Path, *, set_name: str, arms: list[str], prompt:
          round_: int | None, warm: bool, width: int) -> Output:
     """``abbench diff``: two arms' differing greedy outputs side by side."""
     run_ = open_run(run_ref, results)
-    return Output(diff_text(run_.records(), run_.meta(), set_name=set_name, arms=arms,
+    return Output(diff_text(run_.records(), run_.info(), set_name=set_name, arms=arms,
                             prompt=prompt, pass_="warm" if warm else "cold", round_=round_,
                             width=width))
 

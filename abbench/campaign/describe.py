@@ -1,5 +1,5 @@
 """What run.json records of a run's arms, requests and servers: the arms as listed,
-one request body per workload, the seed of the arm orders, a server's props."""
+one request body per workload, a server's props."""
 
 from __future__ import annotations
 
@@ -37,13 +37,6 @@ def request_templates(cfg: Config, client: Client) -> dict[str, Any]:
         "<prompt token ids>", w.load.output_tokens if w.load is not None else w.decode_tokens)
         for w in cfg.workloads}
     return {"workloads": bodies, "warmup": client.request_body("<prompt token ids>", 8)}
-
-
-def order_seed(meta: dict[str, Any]) -> int:
-    """The seed the run's arm orders were drawn with (nonce prompt sets derive theirs
-    from it): ``order_seed`` where it differs from the run's own ``seed`` (a shard's:
-    the campaign's), else ``seed``."""
-    return int(meta.get("order_seed", meta.get("seed")) or 0)
 
 
 def server_props(client: Client, arm: ResolvedArm) -> dict[str, Any] | None:

@@ -34,6 +34,7 @@ from abbench.campaign.runner import config_digest
 from abbench.errors import ConfigError, StoreError
 from abbench.model.records import QualityCommand, QualitySample, Record, SlotRecord
 from abbench.model.rounds import read_state
+from abbench.model.runmeta import Environment, HostFingerprint, HostMeta, RunMeta
 from abbench.model.shardplan import ShardPlan, shard_schedule
 from abbench.report.compare import stored_config
 from abbench.report.formats import render_json
@@ -97,7 +98,7 @@ class ShardRun:
 
     index: int
     run: Run
-    meta: dict[str, Any]
+    meta: RunMeta
     records: list[Record]
 
     @property
@@ -119,16 +120,15 @@ def shard_runs(folder: Path, problems: list[str] | None = None) -> list[ShardRun
             continue
         run = Run(p)
         try:
-            meta = run.meta()
+            meta = run.info()
         except StoreError as e:
             if problems is not None:
                 problems.append(str(e).replace("\n", "; "))
             continue
-        index = (meta.get("shard") or {}).get("index")
-        if not isinstance(index, int):
+        if meta.shard is None:
             continue
-        out.append(ShardRun(index, run, meta, run.records(problems)))
-    out.sort(key=lambda s: (s.index, str(s.meta.get("created") or ""), s.name))
+        out.append(ShardRun(meta.shard.index, run, meta, run.records(problems)))
+    out.sort(key=lambda s: (s.index, s.meta.created or "", s.name))
     return out
 
 
@@ -143,17 +143,17 @@ def rounds_done(plans: list[ShardPlan], runs: list[ShardRun]) -> dict[int, int]:
 # --------------------------------------------------------------------- mixed hosts
 
 
-def _agree_key(fp: dict[str, Any]) -> dict[str, Any]:
-    gpus = sorted(str(g.get("name")) for g in fp.get("gpus") or [])
-    key = {"gpus": gpus, "driver": fp.get("driver"), "cuda": fp.get("cuda")}
+def _agree_key(fp: HostFingerprint) -> dict[str, Any]:
+    gpus = sorted(str(g.name) for g in fp.gpus)
+    key: dict[str, Any] = {"gpus": gpus, "driver": fp.driver, "cuda": fp.cuda}
     if not gpus:
-        key["cpu"] = fp.get("cpu")
+        key["cpu"] = fp.cpu
     return key
 
 
 def mixed_hosts(runs: Iterable[ShardRun]) -> list[str]:
     """What differs between the shards' hosts, one line per field ([] when they agree)."""
-    keys = {s.name: _agree_key(s.meta.get("host_fingerprint") or {}) for s in runs}
+    keys = {s.name: _agree_key(s.meta.host_fingerprint or HostFingerprint()) for s in runs}
     out = []
     for fld in (*MUST_AGREE, "cpu"):
         seen: dict[str, list[str]] = {}
@@ -249,9 +249,9 @@ def merge(camp: dict[str, Any], runs: list[ShardRun], *, active: Iterable[int] =
     short = {i for i, p in plans.items() if done.get(i, 0) < p.rounds and i not in active}
     for s in runs:
         prefix = f"{SHARDS_DIR}/{s.name}"
-        sched = s.meta.get("schedule") or []
+        sched = s.meta.schedule
         for r, p, a in sched:
-            schedule.append([number(s, int(r)), int(p), a])
+            schedule.append([number(s, r), p, a])
         for rec in s.records:
             moves: dict[str, object] = {"host": s.name, "shard": s.index}
             if rec.round is not None:
@@ -287,24 +287,23 @@ def merge(camp: dict[str, Any], runs: list[ShardRun], *, active: Iterable[int] =
 def _merged_meta(camp: dict[str, Any], runs: list[ShardRun], schedule: list[list[Any]],
                  progress: dict[int, tuple[int, int]], records: list[Record],
                  active: Iterable[int], mixed: list[str]) -> dict[str, Any]:
-    first = runs[0].meta if runs else {}
+    first = runs[0].meta if runs else None
     hosts = []
     for s in runs:
-        fp = s.meta.get("host_fingerprint") or {}
-        hosts.append({"name": s.name, "shard": s.index, "hostname": fp.get("hostname"),
-                      "rounds": len(s.complete_rounds()), "status": s.meta.get("status"),
-                      "fingerprint": fp,
-                      "machine": (s.meta.get("environment") or {}).get("gpu_summary")
-                      or fp.get("cpu")})
-    env = dict(first.get("environment") or {})
-    names = sorted({str(h["hostname"]) for h in hosts if h["hostname"]})
+        fp = s.meta.host_fingerprint or HostFingerprint()
+        env_s = s.meta.environment or Environment()
+        hosts.append(HostMeta(name=s.name, shard=s.index, hostname=fp.hostname,
+                              rounds=len(s.complete_rounds()), status=s.meta.status,
+                              fingerprint=fp, machine=env_s.gpu_summary or fp.cpu))
+    env = first.environment.data() if first is not None and first.environment else {}
+    names = sorted({h.hostname for h in hosts if h.hostname})
     env["host"] = f"{len(hosts)} shard hosts: {', '.join(names)}" if hosts else "no host yet"
     servers: dict[str, Any] = {}
     timing: dict[str, Any] = {}
     for s in runs:
-        for arm, props in (s.meta.get("servers") or {}).items():
+        for arm, props in s.meta.servers.items():
             servers.setdefault(arm, props)
-        for k, v in (s.meta.get("timing") or {}).items():
+        for k, v in (s.meta.timing.data() if s.meta.timing is not None else {}).items():
             if k == "ready_lag_ms_max":
                 if v is not None:
                     timing[k] = max(timing.get(k) or 0.0, v)
@@ -313,23 +312,27 @@ def _merged_meta(camp: dict[str, Any], runs: list[ShardRun], schedule: list[list
     active = set(active)
     complete = all(d >= p for d, p in progress.values())
     status = "running" if active else ("complete" if complete else "interrupted")
-    rounds_ok = read_state(records, {"arms": camp["arms"], "schedule": schedule}).complete()
+    rounds_ok = read_state(records, {"id": camp["id"], "arms": camp["arms"],
+                                     "schedule": schedule}).complete()
     return {
         "id": camp["id"], "schema": SCHEMA_VERSION, "created": camp["created"],
-        "status": status, "abbench": first.get("abbench") or camp.get("abbench"),
+        "status": status, "abbench": (first.abbench if first else None) or camp.get("abbench"),
         "config_path": camp["config_path"], "config_digest": camp["config_digest"],
         "arms": camp["arms"], "baseline": camp["baseline"],
         "rounds": sum(p for _, p in progress.values()), "rounds_done": len(rounds_ok),
-        "reps": first.get("reps", camp.get("reps", 1)),
-        "table": first.get("table", camp.get("table")),
-        **({"stats": first["stats"]} if "stats" in first else {}),
+        "reps": first.reps if first is not None and "reps" in first.model_fields_set
+        else camp.get("reps", 1),
+        "table": first.table if first is not None and "table" in first.model_fields_set
+        else camp.get("table"),
+        **({"stats": first.stats} if first is not None and "stats" in first.model_fields_set
+           else {}),
         "order": camp["order"], "seed": camp["seed"], "schedule": schedule,
         "environment": env, "servers": servers, "timing": timing or None,
         "campaign": {"shards": len(progress), "slurm": camp.get("slurm") is not None,
                      "gathered": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                      "mixed_hosts": mixed, "rounds_per_shard": {
                          str(i): {"done": d, "planned": p} for i, (d, p) in progress.items()}},
-        "hosts": hosts,
+        "hosts": [h.data() for h in hosts],
     }
 
 
@@ -343,7 +346,7 @@ def gather(folder: Path, *, allow_mixed_hosts: bool | None = None,
     problems: list[str] = []
     runs = shard_runs(folder, problems)
     if active is None:
-        active = {s.index for s in runs if s.meta.get("status") == "running"}
+        active = {s.index for s in runs if s.meta.status == "running"}
     mixed = mixed_hosts(runs)
     allow = camp.get("allow_mixed_hosts", False) if allow_mixed_hosts is None \
         else allow_mixed_hosts

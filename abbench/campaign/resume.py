@@ -39,12 +39,12 @@ def resume_run(ref: str, results: Path, *, progress: Progress | None = None) -> 
     """Continue run ``ref`` (id, unique prefix or folder) stored under ``results``."""
     run = open_run(ref, results)
     run.take_writer()  # a second abbench resuming the same run stops here (exit 2)
-    meta = run.meta()
+    meta = run.info()
     where = str(run.path / "run.json")
-    if meta.get("status") == "running" and _still_running(meta.get("pid")):
-        raise ConfigError(f"run {run.id} is still running (abbench pid {meta['pid']})",
+    if meta.status == "running" and _still_running(meta.pid):
+        raise ConfigError(f"run {run.id} is still running (abbench pid {meta.pid})",
                           where=where, hint="wait for it, or stop it (Ctrl-C) and resume then")
-    config_path = meta.get("config_path")
+    config_path = meta.config_path
     if not config_path:
         raise ConfigError("the run does not say which arms file it ran", where=where,
                           hint="start a new run with abbench run ARMS_FILE")
@@ -54,31 +54,29 @@ def resume_run(ref: str, results: Path, *, progress: Progress | None = None) -> 
     cfg, _ = build_arms(pin(load_config(config_path), pins_of(meta)),
                         log=progress.log if progress is not None else None)
     digest = config_digest(cfg)
-    if digest != meta.get("config_digest"):
+    if digest != meta.config_digest:
         raise ConfigError(
             f"the arms file changed since the run started (config digest {digest}, the run "
-            f"has {meta.get('config_digest')})", where=config_path,
+            f"has {meta.config_digest})", where=config_path,
             hint=f"restore it as it was (the run's copy is {run.path / 'config.yaml'}; "
                  "environment variables count too), or start a new run")
     repaired = run.repair_tail()
     records = run.records()
     slots, reruns = plan_resume(records, meta)
-    opts = RunOptions(results=run.path.parent, rounds=meta.get("rounds"), seed=meta.get("seed"),
+    opts = RunOptions(results=run.path.parent, rounds=meta.rounds, seed=meta.seed,
                       config_path=config_path)
     campaign = Campaign(cfg, opts, progress=progress)
-    stored = meta.get("prompts")
-    if stored is not None and campaign.prompt_digests() != stored:
-        changed = sorted(k for k in {*stored, *campaign.prompt_digests()}
-                         if stored.get(k) != campaign.prompt_digests().get(k))
+    now = campaign.prompt_digests()
+    if "prompts" in meta.model_fields_set and now != meta.prompts:
+        changed = sorted(k for k in {*meta.prompts, *now} if meta.prompts.get(k) != now.get(k))
         raise ConfigError(f"the prompt file of workload {', '.join(map(repr, changed))} changed "
                           "since the run started (its sha256 differs from run.json's)",
                           where=config_path, hint="restore it as it was, or start a new run")
-    if not slots and meta.get("status") == "complete":
+    if not slots and meta.status == "complete":
         raise ConfigError(f"run {run.id} is complete: every (arm, round) pair finished",
                           where=str(run.path), hint="start a new run for more rounds")
-    schedule = [*meta.get("schedule", []), *([s.round, s.position, s.arm] for s in slots)]
-    resumes = [*meta.get("resumes", []), {"pid": os.getpid(), "slots": len(slots),
-                                          "repaired": repaired}]
+    schedule = [*meta.schedule, *((s.round, s.position, s.arm) for s in slots)]
+    resumes = [*meta.resumes, {"pid": os.getpid(), "slots": len(slots), "repaired": repaired}]
     run.update_meta(status="running", pid=os.getpid(), schedule=schedule,
                     reruns={str(k): v for k, v in reruns.items()}, resumes=resumes)
     if repaired and progress is not None:

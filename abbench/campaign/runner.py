@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from abbench.campaign.describe import arm_meta, order_seed, request_templates, server_props
+from abbench.campaign.describe import arm_meta, request_templates, server_props
 from abbench.campaign.environment import environment
 from abbench.campaign.health import SlotFailed, check_after
 from abbench.campaign.preflight import check_config
@@ -58,6 +58,7 @@ from abbench.model.records import (
     at,
 )
 from abbench.model.rounds import complete_rounds, read_state
+from abbench.model.runmeta import PromptDigest, RunMeta
 from abbench.model.schedule import Slot
 from abbench.report.compare import stored_config
 from abbench.report.formats import render_json
@@ -180,7 +181,7 @@ class Campaign:
             "environment": environment(),
             "models": model_files(self.cfg),
             "servers": {},
-            "prompts": self.prompt_digests(),
+            "prompts": {k: d.data() for k, d in self.prompt_digests().items()},
             "warnings": self.warnings,
             "pid": os.getpid(),
             **self.opts.meta,
@@ -189,11 +190,11 @@ class Campaign:
         self.copy_build_logs(run)
         return run
 
-    def prompt_digests(self) -> dict[str, dict[str, Any]]:
+    def prompt_digests(self) -> dict[str, PromptDigest]:
         """Workload title -> the sha256 and length of the prompt text it read (file
         prompts only)."""
-        return {w.title: {"sha256": hashlib.sha256(text.encode()).hexdigest(),
-                          "chars": len(text)}
+        return {w.title: PromptDigest(sha256=hashlib.sha256(text.encode()).hexdigest(),
+                                      chars=len(text))
                 for w, text in zip(self.cfg.workloads, self.prompts, strict=True)
                 if text is not None}
 
@@ -254,14 +255,14 @@ class Campaign:
         with handle_signals(self.stop_event):
             try:
                 self.progress.start(schedule[-1].index + 1 if schedule else 0)
-                for slot in self.slots(schedule, run.meta()["seed"]):
+                for slot in self.slots(schedule, _seed(run.info())):
                     self.run_slot(slot)
                 self.progress.finish()
             except Interrupted as e:
                 self.progress.finish()
                 seq = run.info().until_ci
                 decided = self.cfg.stats.until_ci is None or (seq is not None and seq.stopped)
-                if decided and not read_state(run.records(), run.meta()).unfinished():
+                if decided and not read_state(run.records(), run.info()).unfinished():
                     # every server life had ended and --until-ci (if on) had stopped
                     self.progress.log("interrupted after the last server stopped: the run "
                                       "is complete")
@@ -288,7 +289,7 @@ class Campaign:
             run.update_meta(status=status, error=what, finished=_now(),
                             timing=self.timing.as_dict(), rounds_done=_rounds_done(run))
         with contextlib.suppress(Exception):
-            self.write_report(run.meta())
+            self.write_report(run.info())
         if isinstance(e, Interrupted):
             raise Interrupted(f"{e.message}; every sample measured so far is kept in "
                               f"{run.samples_path}", hint=resume_hint) from None
@@ -303,7 +304,7 @@ class Campaign:
         assert self.run is not None
         yield from planned_and_more(self.cfg, self.run, schedule, seed, self.progress)
 
-    def _report(self, meta: dict[str, Any]) -> str:
+    def _report(self, meta: RunMeta) -> str:
         assert self.run is not None
         try:
             return self.write_report(meta)
@@ -313,7 +314,7 @@ class Campaign:
                                hint=f"abbench report {self.run.id} --results "
                                     f"{self.opts.results} renders it again") from None
 
-    def write_report(self, meta: dict[str, Any]) -> str:
+    def write_report(self, meta: RunMeta) -> str:
         assert self.run is not None
         records = self.run.records()
         table = table_of(records, meta, config=stored_config(self.run.path))
@@ -402,11 +403,7 @@ class Campaign:
     def _exposed(self, arm: str, addresses: list[str]) -> None:
         """A server listening beyond 127.0.0.1: a warning now, in run.json and the report."""
         assert self.run is not None
-        meta = self.run.meta()
-        seen = meta.get("exposed") or {}
-        if sorted(set(seen.get(arm, [])) | set(addresses)) != seen.get(arm):
-            self.run.update_meta(exposed={**seen, arm: sorted(set(seen.get(arm, [])) |
-                                                              set(addresses))})
+        self.run.add_exposed(arm, addresses)
         self.progress.log(f"  {note_text(exposure_note(arm, addresses))}")
 
     def serve(self, slot: Slot, arm: ResolvedArm, server: Server, base: At) -> None:
@@ -414,7 +411,7 @@ class Campaign:
         assert self.run is not None
         client = Client(server.base_url, arm)
         ctx = SlotContext(self.cfg, arm, slot, server, client, self.run.path,
-                          order_seed(self.run.meta()), self.record, self.run.records,
+                          self.run.info().order_seed, self.record, self.run.records,
                           self.stop_event)
         try:
             info = self.run.info()
@@ -584,6 +581,13 @@ def _now() -> str:
 
 def _rounds_done(run: Run) -> int:
     """Rounds in which every arm finished (the rounds the comparison uses)."""
-    return len(complete_rounds(run.records(), run.meta()))
+    return len(complete_rounds(run.records(), run.info()))
+
+
+def _seed(meta: RunMeta) -> int:
+    """The run's seed (create_run and resume always store one)."""
+    if meta.seed is None:
+        raise InternalError(f"run {meta.id}'s run.json has no seed", where="run.json")
+    return meta.seed
 
 

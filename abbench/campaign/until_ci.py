@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any
 
 from abbench.campaign.progress import Progress
 from abbench.config.schema import Config
 from abbench.config.stats import StatsConfig
 from abbench.model.records import Record
-from abbench.model.runmeta import Look, UntilCiState
+from abbench.model.runmeta import Look, MetaLike, UntilCiState
 from abbench.model.schedule import Slot, make_schedule
 from abbench.report.table import table_of
 from abbench.stats.paired import Comparison
@@ -28,7 +27,7 @@ from abbench.stats.stopping import (
 from abbench.store.run import Run
 
 
-def watched_comparisons(records: list[Record], meta: dict[str, Any],
+def watched_comparisons(records: list[Record], meta: MetaLike,
                         settings: StatsConfig) -> list[Comparison | None]:
     """The cells --until-ci watches, with the report's own verdicts: the rows the table
     shows, or every row of ``until_metrics`` when given."""
@@ -59,7 +58,7 @@ def planned_and_more(cfg: Config, run: Run, schedule: list[Slot], seed: int,
     looks: list[Look] = []
     next_index = len(planned)
     while True:
-        meta = run.meta()
+        meta = run.info()
         records = run.records()
         nominal = watched_comparisons(records, meta, settings)  # their widths
         spent = watched_comparisons(records, meta, settings.model_copy(update={"alpha": alpha_k}))

@@ -262,15 +262,14 @@ def load_samples(results_dir: Any = "results", problems: list[str] | None = None
     rows: list[tuple[Any, ...]] = []
     for run in list_runs(Path(results_dir)):
         try:
-            meta = run.meta()
+            meta = run.info()
         except StoreError as e:
             own.append(str(e).replace("\n", "; "))
             continue
-        arms = {a["name"]: a for a in meta.get("arms") or [] if isinstance(a, dict)}
-        base = meta.get("baseline") or next(iter(arms), None)
-        created = meta.get("created")
-        status = meta.get("status")
-        machine = (meta.get("environment") or {}).get("host")
+        arms = {a.name: a for a in meta.arms}
+        base = meta.baseline or next(iter(arms), None)
+        created, status = meta.created, meta.status
+        machine = meta.environment.host if meta.environment is not None else None
         try:
             records = run.records(own)
         except StoreError as e:  # a record abbench cannot read: the run is skipped
@@ -286,10 +285,11 @@ def load_samples(results_dir: Any = "results", problems: list[str] | None = None
             if not isinstance(rec, Sample):
                 continue
             arm = rec.arm
-            info = arms.get(arm, {})
+            info = arms.get(arm)
             context, decode = (rec.context, rec.decode_tokens) \
                 if isinstance(rec, WorkloadSample) else (None, None)
-            head = (run.id, created, status, arm, info.get("label") or arm, info.get("commit"),
+            head = (run.id, created, status, arm, info.shown if info else arm,
+                    info.commit if info else None,
                     arm == base, rec.round, rec.position, rec.rep, rec.slot,
                     rec.host or machine, rec.workload, context, decode, rec.valid, rec.status,
                     id(rec) in kept, rec.t)

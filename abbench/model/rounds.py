@@ -14,10 +14,10 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from abbench.model.records import Record, Sample, SlotRecord, WorkloadSample
 from abbench.model.rows import RowKey
+from abbench.model.runmeta import MetaLike, as_meta
 from abbench.model.schedule import Slot
 
 Pair = tuple[str, int]  # (arm, round)
@@ -57,12 +57,9 @@ class RoundsState:
                 and s.round not in dropped]
 
 
-def read_state(records: Iterable[Record], meta: dict[str, Any]) -> RoundsState:
-    arms = [a["name"] for a in meta["arms"]]
-    scheduled = [Slot(index=i, round=int(r), position=int(p), arm=str(a))
-                 for i, (r, p, a) in enumerate(meta.get("schedule") or [])]
-    state = RoundsState(arms=arms, scheduled=scheduled,
-                        reruns={int(k): int(v) for k, v in (meta.get("reruns") or {}).items()})
+def read_state(records: Iterable[Record], meta: MetaLike) -> RoundsState:
+    info = as_meta(meta)
+    state = RoundsState(arms=info.arm_names, scheduled=info.slots(), reruns=dict(info.reruns))
     for rec in records:
         if not isinstance(rec, SlotRecord):
             continue
@@ -75,11 +72,11 @@ def read_state(records: Iterable[Record], meta: dict[str, Any]) -> RoundsState:
     return state
 
 
-def complete_rounds(records: list[Record], meta: dict[str, Any]) -> list[int]:
+def complete_rounds(records: list[Record], meta: MetaLike) -> list[int]:
     return read_state(records, meta).complete()
 
 
-def comparable_records(records: list[Record], meta: dict[str, Any]) -> list[Record]:
+def comparable_records(records: list[Record], meta: MetaLike) -> list[Record]:
     """The records the comparison may use: samples of finished server lives in rounds
     that every arm finished. Slot records are all kept (the report lists failures).
 
@@ -91,7 +88,7 @@ def comparable_records(records: list[Record], meta: dict[str, Any]) -> list[Reco
             or (rec.slot in state.ok_slots and rec.round in keep)]
 
 
-def plan_resume(records: list[Record], meta: dict[str, Any]
+def plan_resume(records: list[Record], meta: MetaLike
                 ) -> tuple[list[Slot], dict[int, int]]:
     """The slots a resumed run still has to run, and the failed-round -> re-run map.
 

@@ -31,14 +31,25 @@ class GitMeta(_Meta):
     ref: str | None = None
     sha: str | None = None
     patch: list[tuple[str, str]] = Field(default_factory=list)
+    describe: str | None = None
 
 
 class ArmMeta(_Meta):
+    """An arm as run.json lists it (``cpus`` and ``nice`` only when the arm sets them)."""
+
     name: str
     label: str | None = None
     commit: str | None = None
     preset: str | None = None
+    series: str | None = None
+    cpus: str | None = None
+    nice: int | None = None
     git: GitMeta | None = None
+
+    @property
+    def shown(self) -> str:
+        """The arm's label, else its name: what its column is headed with."""
+        return self.label or self.name
 
 
 class Timing(_Meta):
@@ -53,10 +64,80 @@ class Timing(_Meta):
 
 
 class Environment(_Meta):
+    """The machine the run ran on (campaign/environment.py); ``gpus`` as NVML named them."""
+
     host: str | None = None
     cpu: str | None = None
     gpu_summary: str | None = None
     driver: str | None = None
+    cuda: str | None = None
+    cpu_count: int | None = None
+    gpus: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class GpuId(_Meta):
+    name: str | None = None
+    uuid: str | None = None
+
+
+class HostFingerprint(_Meta):
+    """What decides whether two shard hosts' ratios can be compared."""
+
+    hostname: str | None = None
+    gpus: list[GpuId] = Field(default_factory=list)
+    driver: str | None = None
+    cuda: str | None = None
+    cpu: str | None = None
+
+
+class ShardMeta(_Meta):
+    """A shard's run: its index in the campaign and the campaign's rounds it ran."""
+
+    index: int
+    campaign: str | None = None
+    campaign_dir: str | None = None
+    rounds: list[int] = Field(default_factory=list)
+    campaign_seed: int | None = None
+
+
+class HostMeta(_Meta):
+    """One shard folder of a gathered campaign, as its report lists it."""
+
+    name: str
+    shard: int | None = None
+    hostname: str | None = None
+    rounds: int = 0
+    status: str | None = None
+    fingerprint: HostFingerprint = Field(default_factory=HostFingerprint)
+    machine: str | None = None
+
+
+class ShardProgress(_Meta):
+    done: int
+    planned: int
+
+
+class CampaignMeta(_Meta):
+    """A gathered campaign: shards, whether Slurm ran them, the hosts' differences."""
+
+    shards: int | None = None
+    slurm: bool = False
+    gathered: str | None = None
+    mixed_hosts: list[str] = Field(default_factory=list)
+    #: shard index (as text) -> rounds done and planned
+    rounds_per_shard: dict[str, ShardProgress] = Field(default_factory=dict)
+
+
+class ModelFile(_Meta):
+    path: str | None = None
+    bytes: int | None = None
+
+
+class PromptDigest(_Meta):
+    """A workload's prompt file as the run read it."""
+
+    sha256: str
+    chars: int
 
 
 class Look(_Meta):
@@ -107,12 +188,50 @@ class RunMeta(_Meta):
     config_digest: str | None = None
     config_path: str | None = None
     pid: int | None = None
+    abbench: str | None = None
+    #: why the run stopped, when it failed or was interrupted
+    error: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+    #: arm -> the addresses beyond 127.0.0.1 its server listened on
+    exposed: dict[str, list[str]] = Field(default_factory=dict)
+    #: arm -> its model file (path, bytes)
+    models: dict[str, ModelFile] = Field(default_factory=dict)
+    #: workload title -> the prompt file it read
+    prompts: dict[str, PromptDigest] = Field(default_factory=dict)
+    #: each ``--resume``: its pid, the slots it had left, ...
+    resumes: list[dict[str, Any]] = Field(default_factory=list)
+    #: the seed of the arm orders where it is not ``seed`` (a shard's: the campaign's)
+    order_seed_: int | None = Field(None, alias="order_seed")
+    shard: ShardMeta | None = None
+    host_fingerprint: HostFingerprint | None = None
+    campaign: CampaignMeta | None = None
+    hosts: list[HostMeta] | None = None
 
     model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
 
     @property
     def arm_names(self) -> list[str]:
         return [a.name for a in self.arms]
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """arm -> its label, else its name."""
+        return {a.name: a.shown for a in self.arms}
+
+    @property
+    def rounds_shown(self) -> int | None:
+        """The rounds the comparison has: those done, else those planned."""
+        return self.rounds_done if self.rounds_done is not None else self.rounds
+
+    def arm(self, name: str) -> ArmMeta | None:
+        return next((a for a in self.arms if a.name == name), None)
+
+    @property
+    def order_seed(self) -> int:
+        """The seed the run's arm orders were drawn with (nonce prompt sets derive theirs
+        from it): ``order_seed`` where it differs from the run's own ``seed``, else
+        ``seed``."""
+        return self.order_seed_ if self.order_seed_ is not None else (self.seed or 0)
 
     def slots(self) -> list[Slot]:
         return [Slot(index=i, round=r, position=p, arm=a)
@@ -129,6 +248,16 @@ class MetaError(ValueError):
     def __init__(self, problems: list[str]):
         super().__init__("; ".join(problems))
         self.problems = problems
+
+
+#: run.json typed, or its data as tests and scripts write it by hand
+MetaLike = RunMeta | Mapping[str, Any]
+
+
+def as_meta(meta: MetaLike) -> RunMeta:
+    """The typed run.json of a caller holding either (tests and scripts build the data
+    by hand)."""
+    return meta if isinstance(meta, RunMeta) else parse_meta(meta)
 
 
 def parse_meta(data: Mapping[str, Any]) -> RunMeta:

@@ -11,6 +11,7 @@ import yaml
 from abbench.errors import ConfigError, StoreError
 from abbench.model.records import Record, Sample
 from abbench.model.rounds import comparable_records
+from abbench.model.runmeta import ArmMeta, Environment, RunMeta
 from abbench.report.export import render_bencher, render_github
 from abbench.report.formats import render_csv, render_json
 from abbench.report.markdown import render_markdown
@@ -31,7 +32,7 @@ def render(table: Table, fmt: Format) -> str:
 def run_table(run: Run, *, baseline: str | None = None, problems: list[str] | None = None,
               rows: Literal["table", "all"] = "table") -> Table:
     """A stored run's table, computed again from its samples."""
-    return table_of(run.records(problems), run.meta(), baseline=baseline, rows=rows,
+    return table_of(run.records(problems), run.info(), baseline=baseline, rows=rows,
                     config=stored_config(run.path))
 
 
@@ -56,22 +57,21 @@ def parse_run_arm(ref: str, results: Path) -> tuple[Run, str | None]:
     return open_run(run_ref, results), arm or None
 
 
-def _pick_arm(meta: dict[str, Any], arm: str | None, where: str) -> dict[str, Any]:
-    arms = [a for a in meta.get("arms") or [] if isinstance(a, dict)]
-    name = arm or meta.get("baseline") or (arms[0]["name"] if arms else None)
-    for a in arms:
-        if a["name"] == name:
-            return a
-    raise ConfigError(f"run {meta.get('id')} has no arm {name!r}", where=where,
-                      hint=f"arms: {', '.join(a['name'] for a in arms)}; write RUN:ARM")
+def _pick_arm(meta: RunMeta, arm: str | None, where: str) -> ArmMeta:
+    name = arm or meta.baseline or (meta.arms[0].name if meta.arms else None)
+    found = meta.arm(name) if name is not None else None
+    if found is not None:
+        return found
+    raise ConfigError(f"run {meta.id} has no arm {name!r}", where=where,
+                      hint=f"arms: {', '.join(meta.arm_names)}; write RUN:ARM")
 
 
-def _side(run: Run, arm: dict[str, Any], key: str,
+def _side(run: Run, arm: ArmMeta, key: str,
           problems: list[str] | None) -> list[Record]:
     """The arm's comparable records (those its own run's report compares) renamed to
     ``key``, the rounds they measured renumbered 0, 1, ... in order."""
-    recs = [r for r in comparable_records(run.records(problems), run.meta())
-            if r.arm == arm["name"] and r.round is not None]
+    recs = [r for r in comparable_records(run.records(problems), run.info())
+            if r.arm == arm.name and r.round is not None]
     rounds = sorted({r.round for r in recs if isinstance(r, Sample)})
     index = {r: i for i, r in enumerate(rounds)}
     return [r.model_copy(update={"arm": key, "round": index[r.round]}) for r in recs
@@ -84,10 +84,10 @@ def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,
     arm is that run's baseline. The i-th round of one is paired with the i-th of
     the other."""
     (run_a, arm_a), (run_b, arm_b) = a, b
-    meta_a, meta_b = run_a.meta(), run_b.meta()
+    meta_a, meta_b = run_a.info(), run_b.info()
     info_a = _pick_arm(meta_a, arm_a, str(run_a.path))
     info_b = _pick_arm(meta_b, arm_b, str(run_b.path))
-    key_a, key_b = f"{run_a.id}:{info_a['name']}", f"{run_b.id}:{info_b['name']}"
+    key_a, key_b = f"{run_a.id}:{info_a.name}", f"{run_b.id}:{info_b.name}"
     if key_a == key_b:
         raise ConfigError("both sides are the same arm of the same run",
                           hint="name another run or arm: abbench compare RUN_A[:ARM] "
@@ -96,29 +96,30 @@ def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,
     records = _side(run_a, info_a, key_a, problems) + \
         _side(run_b, info_b, key_b, problems)
 
-    def label(run: Run, info: dict[str, Any]) -> str:
-        text = info.get("label") or info["name"]
-        return text if same_run else f"{text} ({run.id})"
+    def label(run: Run, info: ArmMeta) -> str:
+        return info.shown if same_run else f"{info.shown} ({run.id})"
 
-    meta = {"id": f"{run_a.id} vs {run_b.id}", "baseline": key_a,
-            "arms": [{"name": key_a, "label": label(run_a, info_a)},
-                     {"name": key_b, "label": label(run_b, info_b)}]}
+    meta = RunMeta(id=f"{run_a.id} vs {run_b.id}", baseline=key_a,
+                   arms=[ArmMeta(name=key_a, label=label(run_a, info_a)),
+                         ArmMeta(name=key_b, label=label(run_b, info_b))])
     table = compute_table(records, meta)  # each side made comparable by _side
     n_a = len({r.round for r in records if r.arm == key_a})
     n_b = len({r.round for r in records if r.arm == key_b})
-    table.header = [Note("compare", {"run_a": run_a.id, "arm_a": info_a["name"],
-                                     "run_b": run_b.id, "arm_b": info_b["name"],
+    table.header = [Note("compare", {"run_a": run_a.id, "arm_a": info_a.name,
+                                     "run_b": run_b.id, "arm_b": info_b.name,
                                      "rounds_a": n_a, "rounds_b": n_b})]
     unlike = None if same_run else unlike_runs(run_a, info_a, run_b, info_b)
     if unlike is not None:  # at the top: a reader must see it before the numbers
         table.header.append(unlike)
     if not same_run:
         table.notes.append(Note("compare_not_interleaved"))
-        env_a, env_b = meta_a.get("environment") or {}, meta_b.get("environment") or {}
+        env_a = meta_a.environment or Environment()
+        env_b = meta_b.environment or Environment()
         for k in ("host", "gpu_summary", "cpu", "driver"):
-            if env_a.get(k) != env_b.get(k):
+            if getattr(env_a, k) != getattr(env_b, k):
                 table.notes.append(Note("compare_environment_differs",
-                                        {"field": k, "a": env_a.get(k), "b": env_b.get(k)}))
+                                        {"field": k, "a": getattr(env_a, k),
+                                         "b": getattr(env_b, k)}))
     return table
 
 
@@ -146,8 +147,7 @@ def _argv(config: dict[str, Any], arm: str) -> list[str] | None:
     return None
 
 
-def unlike_runs(run_a: Run, info_a: dict[str, Any], run_b: Run,
-                info_b: dict[str, Any]) -> Note | None:
+def unlike_runs(run_a: Run, info_a: ArmMeta, run_b: Run, info_b: ArmMeta) -> Note | None:
     """What differs between two runs' setups that a comparison of their arms would
     read as the arms' difference: the workloads (contexts, decode tokens) and the
     compared arms' start commands; None when nothing does (or a config is missing)."""
@@ -155,7 +155,7 @@ def unlike_runs(run_a: Run, info_a: dict[str, Any], run_b: Run,
     if ca is None or cb is None:
         return None
     wa, wb = _workloads(ca), _workloads(cb)
-    argv_a, argv_b = _argv(ca, info_a["name"]), _argv(cb, info_b["name"])
+    argv_a, argv_b = _argv(ca, info_a.name), _argv(cb, info_b.name)
     flags = list(flag_diffs(argv_a, argv_b)) if argv_a is not None and argv_b is not None \
         else []
     if wa == wb and not flags:

@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from abbench.model.runmeta import CampaignMeta, RunMeta
 from abbench.report.tablemodel import Note
 from abbench.stats.blocks import BlockComparison
 from abbench.stats.paired import Comparison
@@ -16,26 +17,24 @@ from abbench.stats.paired import Comparison
 CellRef = tuple[str, str, Comparison | None]
 
 
-def hosts_note(meta: dict[str, Any]) -> Note | None:
+def hosts_note(meta: RunMeta) -> Note | None:
     """The shard runs pooled as blocks: each one's rounds (and its shard's planned
     rounds when fewer ran), host name, machine and CUDA version."""
-    hosts = meta.get("hosts")
-    if not hosts:
+    if not meta.hosts:
         return None
-    per = (meta.get("campaign") or {}).get("rounds_per_shard") or {}
+    camp = meta.campaign or CampaignMeta()
     out = []
-    for h in hosts:
-        fp = h.get("fingerprint") or {}
-        out.append({"name": str(h["name"]), "rounds": int(h.get("rounds") or 0),
-                    "shard": h.get("shard"),
-                    "planned": (per.get(str(h.get("shard"))) or {}).get("planned"),
-                    "hostname": str(h.get("hostname")), "machine": h.get("machine"),
-                    "cuda": fp.get("cuda")})
-    return Note("hosts", {"hosts": out, "shards": (meta.get("campaign") or {}).get("shards")})
+    for h in meta.hosts:
+        per = camp.rounds_per_shard.get(str(h.shard))
+        out.append({"name": h.name, "rounds": h.rounds, "shard": h.shard,
+                    "planned": per.planned if per is not None else None,
+                    "hostname": str(h.hostname), "machine": h.machine,
+                    "cuda": h.fingerprint.cuda})
+    return Note("hosts", {"hosts": out, "shards": camp.shards})
 
 
-def mixed_note(meta: dict[str, Any]) -> list[Note]:
-    mixed = (meta.get("campaign") or {}).get("mixed_hosts") or []
+def mixed_note(meta: RunMeta) -> list[Note]:
+    mixed = meta.campaign.mixed_hosts if meta.campaign is not None else []
     return [Note("hosts_mixed", {"differences": list(mixed)})] if mixed else []
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from abbench.config.stats import StatsConfig
 from abbench.model.records import Record
 from abbench.model.rounds import comparable_records
+from abbench.model.runmeta import MetaLike, as_meta
 from abbench.report.tablemodel import Table
 from abbench.report.text import md_escape
 from abbench.stats.paired import rounds_needed
@@ -147,12 +147,13 @@ class NoiseSources:
     skipped: list[str]
 
 
-def noise_sources(table: Table, records: list[Record], meta: dict[str, Any], *,
+def noise_sources(table: Table, records: list[Record], meta: MetaLike, *,
                   effect: float, settings: StatsConfig | None = None) -> NoiseSources:
     """The variance components of every table row that has reps, from a run's records
     (the comparable ones: rounds every arm finished), and the reps and rounds each
     row, and the run as a whole, would need for ``effect``."""
     s = settings or StatsConfig()
+    meta = as_meta(meta)
     records = comparable_records(records, meta)
     values = rep_values(records)
     timing = life_timing(records)
@@ -171,7 +172,7 @@ def noise_sources(table: Table, records: list[Record], meta: dict[str, Any], *,
         out.append(RowNoise(row.label, row.metric, per, pool, plans, cheapest(plans),
                             measured))
     run_plan = plan_run({r.row: r.plans for r in out}, timing=timing, arms=arms)
-    return NoiseSources(out, timing, arms, int(meta.get("reps") or 1), run_plan, skipped)
+    return NoiseSources(out, timing, arms, meta.reps, run_plan, skipped)
 
 
 def _dur(seconds: float | None) -> str:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping
-from typing import Any
 
 from abbench.collectors.drift import SIGNALS
 from abbench.model.records import (
@@ -21,6 +19,7 @@ from abbench.model.records import (
     Sample,
 )
 from abbench.model.rounds import read_state
+from abbench.model.runmeta import MetaLike, RunMeta
 from abbench.report.tablemodel import Note
 
 
@@ -116,7 +115,7 @@ def collector_notes(records: list[Record]) -> list[Note]:
     return out
 
 
-def side_call_notes(records: list[Record], meta: dict[str, Any]) -> list[Note]:
+def side_call_notes(records: list[Record], meta: RunMeta) -> list[Note]:
     """Side calls against a server with one slot queue behind the long decode: they
     measure the wait, not concurrent service. Said for every arm whose server says so
     (llama.cpp's /props ``total_slots``)."""
@@ -124,13 +123,13 @@ def side_call_notes(records: list[Record], meta: dict[str, Any]) -> list[Note]:
                  if isinstance(r, Sample) and "side_call_ms" in r.metrics}
     out = []
     for arm in sorted(with_side):
-        slots = ((meta.get("servers") or {}).get(arm) or {}).get("total_slots")
+        slots = (meta.servers.get(arm) or {}).get("total_slots")
         if slots == 1:
             out.append(Note("side_calls_one_slot", {"total_slots": 1}, arm=arm))
     return out
 
 
-def fault_notes(records: list[Record], meta: dict[str, Any],
+def fault_notes(records: list[Record], meta: MetaLike,
                 max_samples: int = 10) -> list[Note]:
     """Rounds left out and why, unfinished pairs, invalid samples."""
     state = read_state(records, meta)
@@ -154,14 +153,14 @@ def fault_notes(records: list[Record], meta: dict[str, Any],
     return notes
 
 
-def run_notes(meta: Mapping[str, Any]) -> list[Note]:
+def run_notes(meta: RunMeta) -> list[Note]:
     """How the number of rounds was decided (--until-ci)."""
-    seq = meta.get("until_ci")
-    if not seq:
+    seq = meta.until_ci
+    if seq is None:
         return []
-    return [Note("until_ci", {"target": seq["target"], "max_rounds": seq["max_rounds"],
-                              "looks": [lk["rounds"] for lk in seq.get("looks", [])],
-                              "stopped": seq.get("stopped")})]
+    return [Note("until_ci", {"target": seq.target, "max_rounds": seq.max_rounds,
+                              "looks": [lk.rounds for lk in seq.looks],
+                              "stopped": seq.stopped})]
 
 
 def load_notes(records: list[Record]) -> list[Note]:
@@ -203,11 +202,10 @@ def load_notes(records: list[Record]) -> list[Note]:
     return out
 
 
-def exposure_notes(meta: dict[str, Any]) -> list[Note]:
+def exposure_notes(meta: RunMeta) -> list[Note]:
     """A warning per arm whose server listened beyond 127.0.0.1 (run.json's exposed)."""
-    exposed = meta.get("exposed") or {}
     return [exposure_note(arm, list(addrs))
-            for arm, addrs in sorted(exposed.items()) if isinstance(addrs, list) and addrs]
+            for arm, addrs in sorted(meta.exposed.items()) if addrs]
 
 
 def exposure_note(arm: str, addresses: list[str]) -> Note:

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 from abbench.model.records import CapacityLevel, Record
 from abbench.model.rounds import comparable_records
-from abbench.report.sweep import arm_labels, pyplot, save
+from abbench.model.runmeta import MetaLike, RunMeta, as_meta
+from abbench.report.sweep import pyplot, save
 
 Point = tuple[float, float, bool, str]  # total tok/s, per-user tok/s, met the bounds, level
 
 
-def capacity_points(records: list[Record], meta: dict[str, Any]
+def capacity_points(records: list[Record], meta: RunMeta
                     ) -> dict[str, dict[str, list[Point]]]:
     """workload -> arm -> its probed levels (rounds the comparison keeps)."""
     kept = {(r.arm, r.round) for r in comparable_records(records, meta)
@@ -40,12 +40,13 @@ def pareto_front(points: list[Point]) -> list[Point]:
     return sorted(front)
 
 
-def write_capacity(records: list[Record], meta: dict[str, Any], path: Path) -> bool:
+def write_capacity(records: list[Record], meta: MetaLike, path: Path) -> bool:
     """Draw ``path`` when the run has capacity searches; False when it has none."""
+    meta = as_meta(meta)
     data = capacity_points(records, meta)
     if not data:
         return False
-    plt, labels = pyplot(), arm_labels(meta)
+    plt, labels = pyplot(), meta.labels
     fig, axes = plt.subplots(1, len(data), figsize=(6.5 * len(data), 4.8), squeeze=False)
     for ax, (workload, per_arm) in zip(axes[0], data.items(), strict=True):
         for i, (arm, pts) in enumerate(per_arm.items()):
@@ -66,5 +67,5 @@ def write_capacity(records: list[Record], meta: dict[str, Any], path: Path) -> b
         ax.set_xlim(left=0)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
-    return save(plt, fig, path, f"abbench run {meta.get('id', '')}: every level each capacity "
+    return save(plt, fig, path, f"abbench run {meta.id}: every level each capacity "
                 "search probed, and each arm's Pareto front")

@@ -9,6 +9,7 @@ from typing import Any
 
 from abbench.errors import ConfigError
 from abbench.model.records import FingerprintRecord, Record
+from abbench.model.runmeta import MetaLike, as_meta
 from abbench.report.quality_summary import (
     MAX_LISTED,
     QualitySummary,
@@ -210,22 +211,23 @@ def side_by_side(a: str, b: str, head_a: str, head_b: str, width: int = 48) -> l
     return out
 
 
-def diff_text(records: list[Record], meta: dict[str, Any], *, set_name: str,
+def diff_text(records: list[Record], meta: MetaLike, *, set_name: str,
               arms: list[str], prompt: str | None = None, pass_: str = "cold",
               round_: int | None = None, width: int = 48) -> str:
     """Two arms' outputs for one prompt set, the differing ones side by side with the
     divergence point marked ``⟦``."""
     if len(arms) != 2:
         raise ConfigError("give exactly two arms", hint="--arm A --arm B")
-    known = [a["name"] for a in meta["arms"]]
+    meta = as_meta(meta)
+    known = meta.arm_names
     for a in arms:
         if a not in known:
-            raise ConfigError(f"no arm {a!r} in run {meta['id']}", hint=f"arms: "
+            raise ConfigError(f"no arm {a!r} in run {meta.id}", hint=f"arms: "
                               f"{', '.join(known)}")
     outs = _outputs(records, set_name, pass_)
     if not outs:
         sets = sorted({r.set for r in records if isinstance(r, FingerprintRecord)})
-        raise ConfigError(f"no {pass_} outputs of prompt set {set_name!r} in run {meta['id']}",
+        raise ConfigError(f"no {pass_} outputs of prompt set {set_name!r} in run {meta.id}",
                           hint=f"sets: {', '.join(sets)}" if sets else
                           "this run has no fingerprints: add fingerprints: to the arms file")
     picked = []

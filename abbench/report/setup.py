@@ -15,6 +15,7 @@ from typing import Any
 
 from abbench.model.metrics import spec
 from abbench.model.records import Record, Sample
+from abbench.model.runmeta import Environment, RunMeta
 
 #: memory peaks a server life shows as it ends
 _PEAKS = ("peak_vram_mib", "peak_rss_mib")
@@ -99,47 +100,45 @@ def _size(n: int) -> str:
     return f"{gib:.1f} GiB" if gib >= 1 else f"{n / 1024**2:.0f} MiB"
 
 
-def _model(meta: dict[str, Any], base: str) -> str | None:
-    models = meta.get("models") or {}
-    m = models.get(base) if isinstance(models, dict) else None
-    path = m.get("path") if isinstance(m, dict) else None
-    props = (meta.get("servers") or {}).get(base) or {}
-    path = path or props.get("model_path")
+def _model(meta: RunMeta, base: str) -> str | None:
+    m = meta.models.get(base)
+    props = meta.servers.get(base) or {}
+    path = (m.path if m is not None else None) or props.get("model_path")
     if not path:
         return None
     parts = [PurePath(str(path)).name]
     if props.get("model_ftype"):
         parts.append(str(props["model_ftype"]))
-    if isinstance(m, dict) and isinstance(m.get("bytes"), int):
-        parts.append(_size(m["bytes"]))
+    if m is not None and m.bytes is not None:
+        parts.append(_size(m.bytes))
     return ", ".join(parts)
 
 
-def _machine(meta: dict[str, Any]) -> str:
-    env = meta.get("environment") or {}
-    if env.get("gpu_summary"):
-        return str(env["gpu_summary"])
-    cpu = env.get("cpu") or "unknown CPU"
-    count = f", {env['cpu_count']} cores" if env.get("cpu_count") else ""
+def _machine(meta: RunMeta) -> str:
+    env = meta.environment or Environment()
+    if env.gpu_summary:
+        return env.gpu_summary
+    cpu = env.cpu or "unknown CPU"
+    count = f", {env.cpu_count} cores" if env.cpu_count else ""
     return f"CPU only: {cpu}{count}"
 
 
-def run_setup(meta: dict[str, Any], config: dict[str, Any] | None,
+def run_setup(meta: RunMeta, config: dict[str, Any] | None,
               baseline: str) -> RunSetup:
     """The setup of a run from its run.json (``meta``) and stored config.yaml."""
     arms = {a.get("name"): a for a in (config or {}).get("resolved_arms") or []
             if isinstance(a, dict)}
     vars_ = (config or {}).get("vars") or {}
-    labels = {a["name"]: a.get("label") or a["name"] for a in meta.get("arms") or []}
-    commits = {a["name"]: a.get("commit") for a in meta.get("arms") or []}
+    labels = meta.labels
+    commits: dict[str | None, str | None] = {a.name: a.commit for a in meta.arms}
     base = arms.get(baseline) or {}
     server = None
     if base:
         program = PurePath(fill_vars(str((base.get("argv") or ["?"])[0]), vars_)).name
         server = f"{base.get('preset', '?')} ({program})"
     setup = Setup(server=server, model=_model(meta, baseline), machine=_machine(meta),
-                  rounds=meta.get("rounds_done", meta.get("rounds")), reps=meta.get("reps", 1),
-                  order=str(meta.get("order", "?")), seed=meta.get("seed"))
+                  rounds=meta.rounds_shown, reps=meta.reps, order=meta.order or "?",
+                  seed=meta.seed)
     diffs = []
     for name, arm in arms.items():
         if name == baseline or not base:
@@ -150,7 +149,7 @@ def run_setup(meta: dict[str, Any], config: dict[str, Any] | None,
         env = tuple([f"{k}={v}" for k, v in aenv.items() if benv.get(k) != v]
                     + [f"no {k}" for k in benv if k not in aenv])
         commit = commits.get(name) if commits.get(name) != commits.get(baseline) else None
-        diffs.append(ArmDiff(str(labels.get(name, name)), flags, env, commit))
+        diffs.append(ArmDiff(labels.get(str(name), str(name)), flags, env, commit))
     return RunSetup(setup, labels.get(baseline, baseline), tuple(diffs))
 
 

@@ -19,6 +19,7 @@ from abbench.config.stats import StatsConfig
 from abbench.model.records import LoadSample, Record
 from abbench.model.rounds import comparable_records, round_values
 from abbench.model.rows import RowKey
+from abbench.model.runmeta import MetaLike, as_meta
 from abbench.stats.paired import compare
 
 X_METRIC = "load_output_tok_s"
@@ -32,13 +33,14 @@ class Point:
     values: dict[str, tuple[float, float | None, float | None]] = field(default_factory=dict)
 
 
-def sweep_points(records: list[Record], meta: dict[str, Any]
+def sweep_points(records: list[Record], meta: MetaLike
                  ) -> dict[str, dict[str, list[Point]]]:
     """workload title -> arm -> its points, in level order."""
+    meta = as_meta(meta)
     records = comparable_records(records, meta)
-    settings = StatsConfig.model_validate(meta.get("stats") or {})
-    arms = [a["name"] for a in meta["arms"]]
-    base = meta.get("baseline") or arms[0]
+    settings = StatsConfig.model_validate(meta.stats or {})
+    arms = meta.arm_names
+    base = meta.baseline or arms[0]
     levels: dict[str, list[tuple[RowKey, str]]] = {}  # title -> [(row, level)]
     for r in records:
         if isinstance(r, LoadSample) and r.level:
@@ -87,16 +89,13 @@ def pyplot() -> Any:
     return plt
 
 
-def arm_labels(meta: dict[str, Any]) -> dict[str, str]:
-    return {a["name"]: a.get("label") or a["name"] for a in meta["arms"]}
-
-
-def write_sweep(records: list[Record], meta: dict[str, Any], path: Path) -> bool:
+def write_sweep(records: list[Record], meta: MetaLike, path: Path) -> bool:
     """Draw ``path`` (PNG or SVG) when the run has load rows; False when it has none."""
+    meta = as_meta(meta)
     data = sweep_points(records, meta)
     if not data:
         return False
-    plt, labels = pyplot(), arm_labels(meta)
+    plt, labels = pyplot(), meta.labels
     fig, axes = plt.subplots(len(data), len(Y_METRICS), figsize=(11, 4.2 * len(data)),
                              squeeze=False)
     for i, (title, per_arm) in enumerate(data.items()):
@@ -125,7 +124,7 @@ def write_sweep(records: list[Record], meta: dict[str, Any], path: Path) -> bool
             ax.set_title(f"{title}: throughput against {ylabel.split(' (')[0]}")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-    return save(plt, fig, path, f"abbench run {meta.get('id', '')}: other arms at the baseline "
+    return save(plt, fig, path, f"abbench run {meta.id}: other arms at the baseline "
                 "x (1 + paired change), bars: its paired interval (cut at 3x the largest point)")
 
 

@@ -21,6 +21,7 @@ from abbench.errors import ConfigError
 from abbench.model.metrics import catalogue, spec
 from abbench.model.records import Record, Sample, SlotRecord, WorkloadSample
 from abbench.model.rounds import RoundValues, comparable_records, round_values
+from abbench.model.runmeta import Environment, MetaLike, RunMeta, as_meta
 from abbench.report import quality_summary
 from abbench.report.acceptance_note import acceptance_notes
 from abbench.report.hosts import flag_notes, hosts_note, mixed_note, per_host_note
@@ -41,7 +42,7 @@ from abbench.stats.cells import adjust_cells, compare_cell
 from abbench.stats.paired import Comparison
 
 
-def table_of(records: list[Record], meta: dict[str, Any], *,
+def table_of(records: list[Record], meta: MetaLike, *,
              baseline: str | None = None, metrics: list[str] | None = None,
              rows: Literal["table", "all"] = "table",
              settings: StatsConfig | None = None,
@@ -52,6 +53,7 @@ def table_of(records: list[Record], meta: dict[str, Any], *,
     :func:`compute_table`. ``config``: the run's stored config.yaml, for the setup
     (server, each arm's differences from the baseline); without it the setup says
     what run.json knows."""
+    meta = as_meta(meta)
     kept = comparable_records(records, meta)
     table = compute_table(kept, meta, baseline=baseline, metrics=metrics, rows=rows,
                           settings=settings)
@@ -63,7 +65,7 @@ def table_of(records: list[Record], meta: dict[str, Any], *,
     return table
 
 
-def compute_table(records: list[Record], meta: dict[str, Any], *,
+def compute_table(records: list[Record], meta: MetaLike, *,
                   baseline: str | None = None, metrics: list[str] | None = None,
                   rows: Literal["table", "all"] = "table",
                   settings: StatsConfig | None = None) -> Table:
@@ -74,16 +76,17 @@ def compute_table(records: list[Record], meta: dict[str, Any], *,
     show every row; else the run's ``table:`` setting. ``settings``: how verdicts are
     decided; default the run's stored ``stats``, at the report's alpha of an --until-ci
     run (:func:`abbench.stats.stopping.look_alphas`)."""
+    meta = as_meta(meta)
     if settings is None:
-        settings = StatsConfig.model_validate(meta.get("stats") or {})
-        alpha_report = (meta.get("until_ci") or {}).get("alpha_report")
+        settings = StatsConfig.model_validate(meta.stats or {})
+        alpha_report = meta.until_ci.alpha_report if meta.until_ci is not None else None
         if alpha_report is not None:
             settings = settings.model_copy(update={"alpha": float(alpha_report)})
-    arms = [a["name"] for a in meta["arms"]]
-    labels = {a["name"]: a.get("label") or a["name"] for a in meta["arms"]}
-    base = baseline or meta.get("baseline") or arms[0]
+    arms = meta.arm_names
+    labels = meta.labels
+    base = baseline or meta.baseline or arms[0]
     if base not in arms:
-        raise ConfigError(f"baseline {base!r} is not an arm of run {meta['id']}",
+        raise ConfigError(f"baseline {base!r} is not an arm of run {meta.id}",
                           hint=f"arms: {', '.join(arms)}")
     arms = [base] + [a for a in arms if a != base]
     known = catalogue(records)  # labels of collectors' metrics of the user's own
@@ -100,7 +103,7 @@ def compute_table(records: list[Record], meta: dict[str, Any], *,
     elif rows == "all":
         shown = list(every)
     else:
-        shown = pick_rows(every, TableConfig.model_validate(meta.get("table") or {}))
+        shown = pick_rows(every, TableConfig.model_validate(meta.table or {}))
     picked = {id(r) for r in shown}
     compare_rows(every, base, settings=settings, hosts=hosts, shown=picked)
 
@@ -109,7 +112,7 @@ def compute_table(records: list[Record], meta: dict[str, Any], *,
         if isinstance(rec, Sample) and not rec.valid:
             invalid[rec.arm] += 1
     failed = [r for r in records if isinstance(r, SlotRecord) and r.failed]
-    table = Table(run_id=meta["id"], arms=arms, labels=labels, baseline=base, rows=shown,
+    table = Table(run_id=meta.id, arms=arms, labels=labels, baseline=base, rows=shown,
                   hidden=[r for r in every if id(r) not in picked], header=header_notes(meta),
                   failed_slots=failed, invalid=dict(invalid))
     table.footer = footer_notes(records, meta)
@@ -128,17 +131,16 @@ def compute_table(records: list[Record], meta: dict[str, Any], *,
     return table
 
 
-def variant_notes(table: Table, meta: dict[str, Any]) -> list[Note]:
+def variant_notes(table: Table, meta: RunMeta) -> list[Note]:
     """Per leave-one-out arm (a git arm whose patch set reverts commits from another
     arm's), which of the candidate's changed rows move back to the baseline without
     that commit, and whether its greedy fingerprints equal the baseline's."""
-    gits = {a["name"]: a["git"] for a in meta.get("arms") or []
-            if isinstance(a, dict) and isinstance(a.get("git"), dict)}
+    gits = {a.name: a.git for a in meta.arms if a.git is not None}
     out = []
     for name, g in gits.items():
-        reverted = [sha for op, sha in g.get("patch") or [] if op == "revert"]
-        cands = [c for c, h in gits.items() if c != name and h.get("sha") == g.get("sha")
-                 and len(h.get("patch") or []) < len(g.get("patch") or [])]
+        reverted = [sha for op, sha in g.patch if op == "revert"]
+        cands = [c for c, h in gits.items() if c != name and h.sha == g.sha
+                 and len(h.patch) < len(g.patch)]
         if not reverted or not cands or name == table.baseline:
             continue
         cand = cands[0]
@@ -161,24 +163,19 @@ def variant_notes(table: Table, meta: dict[str, Any]) -> list[Note]:
     return out
 
 
-def header_notes(meta: dict[str, Any]) -> list[Note]:
+def header_notes(meta: RunMeta) -> list[Note]:
     """What ran and where; the commit and patch set each git arm was built from."""
-    env = meta.get("environment") or {}
-    out = [Note("run", {"run_id": meta["id"], "rounds": meta.get("rounds_done",
-                                                                  meta.get("rounds")),
-                        "reps": meta.get("reps", 1), "order": meta.get("order", "?"),
-                        "seed": meta.get("seed"),
-                        "machine": env.get("gpu_summary") or env.get("cpu"),
-                        "host": env.get("host")})]
+    env = meta.environment or Environment()
+    out = [Note("run", {"run_id": meta.id, "rounds": meta.rounds_shown, "reps": meta.reps,
+                        "order": meta.order or "?", "seed": meta.seed,
+                        "machine": env.gpu_summary or env.cpu, "host": env.host})]
     builds = []
-    for a in meta.get("arms") or []:
-        g = a.get("git") if isinstance(a, dict) else None
-        if not isinstance(g, dict) or not g.get("sha"):
+    for a in meta.arms:
+        g = a.git
+        if g is None or not g.sha:
             continue
-        builds.append({"arm": a["name"], "source": g.get("source"), "sha": str(g["sha"]),
-                       "ref": g.get("ref"),
-                       "patch": [[op, sha] for op, sha in (g.get("patch") or [])
-                                 if isinstance(sha, str)]})
+        builds.append({"arm": a.name, "source": g.source, "sha": g.sha, "ref": g.ref,
+                       "patch": [[op, sha] for op, sha in g.patch]})
     if builds:
         out.append(Note("builds", {"arms": builds}))
     return out
@@ -213,18 +210,18 @@ def timing_sources(records: list[Record]) -> list[str]:
     return out
 
 
-def footer_notes(records: list[Record], meta: dict[str, Any]) -> list[Note]:
+def footer_notes(records: list[Record], meta: RunMeta) -> list[Note]:
     """How well the client's timing agreed with the server's, and the harness's own
     share of the wall time."""
     agree = timing_agreement(records)
     out = [Note("timing_agreement", {"median": agree[0], "samples": agree[1],
                                      "sources": timing_sources(records)} if agree else
                 {"median": None, "samples": 0, "sources": []})]
-    wall = meta.get("timing") or {}
-    if wall.get("wall_s"):
-        out.append(Note("harness_overhead", {"share": wall.get("overhead_s", 0.0)
-                                             / wall["wall_s"], "wall_s": wall["wall_s"],
-                                             "ready_lag_ms": wall.get("ready_lag_ms_max")}))
+    wall = meta.timing
+    if wall is not None and wall.wall_s:
+        out.append(Note("harness_overhead", {"share": (wall.overhead_s or 0.0) / wall.wall_s,
+                                             "wall_s": wall.wall_s,
+                                             "ready_lag_ms": wall.ready_lag_ms_max}))
     return out
 
 

@@ -16,10 +16,10 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from abbench.config.schema import ArmConfig, Config, GitSpec
 from abbench.errors import ConfigError
+from abbench.model.runmeta import GitMeta, RunMeta
 from abbench.server.build import BuiltArm, ensure_built
 from abbench.server.git import BuildError, FetchError, GitRef, Mirror, Source
 
@@ -67,7 +67,7 @@ def expand_variants(cfg: Config) -> Config:
     return cfg.model_copy(update={"arms": arms})
 
 
-def pin(cfg: Config, pinned: Mapping[str, Mapping[str, Any]] | None = None, *,
+def pin(cfg: Config, pinned: Mapping[str, GitMeta] | None = None, *,
         cache: Path | str | None = None, fetch: bool = True, check_patches: bool = True,
         ) -> Config:
     """``cfg`` with every git arm's ``sha`` and ``patch`` set. ``pinned``: arm name ->
@@ -80,10 +80,9 @@ def pin(cfg: Config, pinned: Mapping[str, Mapping[str, Any]] | None = None, *,
             arms.append(a)
             continue
         g = a.git
-        if pinned is not None and a.name in pinned and pinned[a.name].get("sha"):
-            p = pinned[a.name]
-            git = g.model_copy(update={"sha": p["sha"],
-                                       "patch": [tuple(x) for x in p.get("patch") or []]})
+        p = pinned.get(a.name) if pinned is not None else None
+        if p is not None and p.sha:
+            git = g.model_copy(update={"sha": p.sha, "patch": list(p.patch)})
             arms.append(a.model_copy(update={"git": git}))
             continue
         src = source_of(cfg, g.source)
@@ -140,9 +139,9 @@ def _check_patches(mirror: Mirror, sha: str, patch: list[tuple[str, str]], *,
                          "commits), or resolve the conflict on a branch and build that")
 
 
-def pins_of(meta: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """arm name -> {sha, patch} as a run.json stores them."""
-    return {a["name"]: a["git"] for a in meta.get("arms", []) if a.get("git")}
+def pins_of(meta: RunMeta) -> dict[str, GitMeta]:
+    """arm name -> the commit and patch set run.json stores for it."""
+    return {a.name: a.git for a in meta.arms if a.git is not None}
 
 
 def gitref_of(g: GitSpec) -> GitRef:

@@ -31,6 +31,7 @@ import yaml
 from abbench.errors import StoreError
 from abbench.model.records import Sample, SlotRecord
 from abbench.model.rounds import comparable_records, round_values
+from abbench.model.runmeta import ArmMeta, Environment
 from abbench.store.run import RUN_FILE, SAMPLES_FILE, Run
 
 INDEX_FILE = "index.sqlite"
@@ -206,16 +207,15 @@ def _text(x: Any) -> str | None:
     return x if isinstance(x, str) and x else None
 
 
-def _commit(arm: dict[str, Any]) -> str | None:
+def _commit(arm: ArmMeta) -> str | None:
     """The arm's declared commit, else its git arm's pinned sha."""
-    git: dict[str, Any] = arm["git"] if isinstance(arm.get("git"), dict) else {}
-    return _text(arm.get("commit")) or _text(git.get("sha"))
+    return _text(arm.commit) or (_text(arm.git.sha) if arm.git is not None else None)
 
 
-def _build_key(arm: dict[str, Any]) -> str | None:
+def _build_key(arm: ArmMeta) -> str | None:
     """What was built: a git arm's source, sha and patch set (``describe``)."""
-    git: dict[str, Any] = arm["git"] if isinstance(arm.get("git"), dict) else {}
-    return _text(git.get("describe")) or _text(git.get("sha"))
+    git = arm.git
+    return (_text(git.describe) or _text(git.sha)) if git is not None else None
 
 
 def _model(server: Any, model_var: str | None) -> str | None:
@@ -309,7 +309,7 @@ class Index:
         db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         run = Run(p)
         try:
-            meta = run.meta()
+            meta = run.info()
         except StoreError as e:
             db.execute("INSERT INTO runs (id, path, status, error, run_stamp, samples_stamp) "
                        "VALUES (?, ?, 'unreadable', ?, ?, ?)",
@@ -323,28 +323,24 @@ class Index:
             records = []
         samples = [r for r in records if isinstance(r, Sample)]
         failed = sum(1 for r in records if isinstance(r, SlotRecord) and r.failed)
-        env = meta.get("environment") or {}
+        env = meta.environment or Environment()
         db.execute(
             "INSERT INTO runs (id, path, created, created_ts, status, rounds, rounds_done, reps,"
             " run_order, baseline, machine, host, config_digest, n_samples, n_invalid,"
             " n_failed_slots, run_stamp, samples_stamp)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run_id, str(p), meta.get("created"), _timestamp(meta.get("created")),
-             meta.get("status") or "unknown", meta.get("rounds"), meta.get("rounds_done"),
-             meta.get("reps"), meta.get("order"), meta.get("baseline"),
-             env.get("gpu_summary") or env.get("cpu"), env.get("host"),
-             meta.get("config_digest"), len(samples),
+            (run_id, str(p), meta.created, _timestamp(meta.created),
+             meta.status or "unknown", meta.rounds, meta.rounds_done,
+             meta.reps if "reps" in meta.model_fields_set else None, meta.order, meta.baseline,
+             env.gpu_summary or env.cpu, env.host, meta.config_digest, len(samples),
              sum(1 for r in samples if not r.valid), failed,
              run_stamp, samples_stamp))
-        arms = [a for a in meta.get("arms") or [] if isinstance(a, dict) and a.get("name")]
-        servers: dict[str, Any] = meta["servers"] if isinstance(meta.get("servers"),
-                                                                   dict) else {}
+        arms = [a for a in meta.arms if a.name]
         model_var = _model_var(p)
         db.executemany("INSERT OR REPLACE INTO arms (run_id, position, name, label, commit_id,"
                        " series, build_key, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       [(run_id, i, a["name"], a.get("label") or a["name"], _commit(a),
-                         _text(a.get("series")), _build_key(a),
-                         _model(servers.get(a["name"]), model_var))
+                       [(run_id, i, a.name, a.shown, _commit(a), _text(a.series),
+                         _build_key(a), _model(meta.servers.get(a.name), model_var))
                         for i, a in enumerate(arms)])
         try:  # the values the run's own report compares (Pinpoint's rule), no others
             values = round_values(comparable_records(records, meta))

@@ -264,11 +264,12 @@ class Run:
         except OSError:
             return False
 
-    def update_meta(self, **changes: Any) -> dict[str, Any]:
+    def update_meta(self, **changes: Any) -> RunMeta:
+        """Set top-level fields of run.json (JSON data); run.json as it is now, typed."""
         meta = self.meta()
         meta.update(changes)
         self.write_meta(meta)
-        return meta
+        return parse_meta(meta)
 
     def append(self, record: Record) -> None:
         """Append one record and flush it to disk (fsync) before returning.
@@ -378,6 +379,13 @@ class Run:
         if schedule is not None:
             changes["schedule"] = [list(s) for s in schedule]
         self.update_meta(**changes)
+
+    def add_exposed(self, arm: str, addresses: list[str]) -> None:
+        """Note the addresses beyond 127.0.0.1 an arm's server listened on."""
+        seen = self.info().exposed
+        both = sorted(set(seen.get(arm, [])) | set(addresses))
+        if both != seen.get(arm):
+            self.update_meta(exposed={**seen, arm: both})
 
     def set_server(self, arm: str, props: dict[str, Any]) -> None:
         """What an arm's server said about itself (llama.cpp /props), once per arm."""

@@ -16,7 +16,6 @@ from scipy import stats as sps
 
 from abbench.campaign import gather as g
 from abbench.campaign import shards as shards_mod
-from abbench.campaign.describe import order_seed
 from abbench.campaign.environment import host_fingerprint, visible
 from abbench.campaign.shards import (
     FollowState,
@@ -28,6 +27,7 @@ from abbench.campaign.shards import (
 from abbench.config.loader import load_config
 from abbench.errors import ConfigError
 from abbench.model.records import parse_record, parse_records
+from abbench.model.runmeta import parse_meta
 from abbench.model.schedule import make_schedule, position_counts
 from abbench.model.shardplan import plan_shards, shard_schedule, shard_seed, split_rounds
 from abbench.report.compare import run_table
@@ -484,8 +484,9 @@ def test_cli_refuses(tmp_path: Path, args: list[str], text: str) -> None:
 
 
 def test_a_shards_nonce_sets_come_from_the_campaigns_seed() -> None:
-    assert order_seed({"seed": 3}) == 3
-    assert order_seed({"seed": 3, "order_seed": 9}) == 9  # a shard: the campaign's seed
+    assert parse_meta({"id": "r", "seed": 3}).order_seed == 3
+    # a shard: the campaign's seed
+    assert parse_meta({"id": "r", "seed": 3, "order_seed": 9}).order_seed == 9
 
 
 class _Log:
