@@ -14,9 +14,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+
+from abbench.server.tree import alive, life_of, marked
 
 ROOT = Path(__file__).resolve().parent.parent
 REFSERVER = ROOT / "tests" / "refserver.py"
@@ -73,38 +77,47 @@ def copy_golden_runs(out: Path) -> Path:
     return out
 
 
-def no_process_left(pattern: str) -> bool:
-    """True when no process whose command line contains ``pattern`` is running."""
-    import psutil
+#: the environment variable naming the test that started a process: set for each test
+#: (:func:`_tag_the_test`), so every process it starts, and all they start (abbench, its
+#: servers, their children, orphans after a kill) carry it, and no other process does
+TEST_VAR = "ABBENCH_TEST_TAG"
 
-    for p in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if p.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if pattern in " ".join(p.info["cmdline"] or []):
-                return False
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return True
+
+@pytest.fixture(autouse=True)
+def _tag_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TEST_VAR, uuid.uuid4().hex)
+
+
+def started_pids(*, servers: bool = False) -> set[int]:
+    """The live processes this test started (at any depth: they carry its tag), this
+    one aside; ``servers``: only the server lives' processes (abbench marks each life's
+    environment, :data:`abbench.server.tree.LIFE_VAR`)."""
+    found = marked(os.environ[TEST_VAR], TEST_VAR)
+    return {p for p in alive(found) if life_of(p) is not None} if servers else alive(found)
+
+
+def server_pids(run: Path) -> set[int]:
+    """The main process of each server life ``run`` recorded (its slot records' pid)."""
+    import json
+
+    pids = set()
+    for line in (run / "samples.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("type") == "slot" and isinstance(rec.get("pid"), int):
+            pids.add(rec["pid"])
+    return pids
+
+
+def no_process_left(pids: Iterable[int]) -> bool:
+    """True when none of ``pids`` is running (zombies are not: they only wait to be
+    reaped): the PIDs a test started, never every process of some name on the machine."""
+    return not alive(pids)
 
 
 def no_server_left(run: Path) -> bool:
-    """True when no server process of ``run`` is alive: the PIDs its slot records name
-    (each server life's main process), not every process of some name on the machine."""
-    import json
-
-    import psutil
-
-    for line in (run / "samples.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("type") != "slot" or not isinstance(rec.get("pid"), int):
-            continue
-        try:
-            if psutil.Process(rec["pid"]).status() != psutil.STATUS_ZOMBIE:
-                return False
-        except psutil.NoSuchProcess:
-            continue
-    return True
+    """True when no server life of ``run`` is alive: the PIDs its slot records name, and
+    any process this test started that carries a server life's mark."""
+    return no_process_left(server_pids(run) | started_pids(servers=True))
 
 
 REAL_DIR = Path(__file__).resolve().parent / "real"

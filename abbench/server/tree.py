@@ -36,9 +36,10 @@ def _pids() -> list[int]:
         return []
 
 
-def marked(token: str) -> set[int]:
-    """Processes whose environment holds ``ABBENCH_LIFE=token`` (readable ones: ours)."""
-    needle = f"{LIFE_VAR}={token}".encode()
+def marked(token: str, var: str = LIFE_VAR) -> set[int]:
+    """Processes whose environment holds ``ABBENCH_LIFE=token`` (or ``var=token``;
+    readable ones: ours), this one aside."""
+    needle = f"{var}={token}".encode()
     found = set()
     me = os.getpid()
     for pid in _pids():

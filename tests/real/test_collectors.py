@@ -17,7 +17,7 @@ import pytest
 from abbench.campaign.runner import Campaign, RunOptions
 from abbench.collectors.memory import MIB, TreeSampler
 from abbench.config.loader import load_config
-from tests.conftest import llama_start, no_process_left, write_arms
+from tests.conftest import llama_start, no_process_left, started_pids, write_arms
 
 
 def test_counter_rates_match_the_servers_own_timings(real_parts: dict[str, str],
@@ -51,7 +51,7 @@ def test_counter_rates_match_the_servers_own_timings(real_parts: dict[str, str],
             pattern: 'prompt eval time = +[0-9.]+ ms / +([0-9]+) tokens'
     """)
     out = Campaign(load_config(arms), RunOptions(results=results)).execute()
-    assert no_process_left(tag)
+    assert no_process_left(started_pids(servers=True))
     recs = [r.data() for r in out.run.records()]
     slots_ok = {r["slot"] for r in recs if r["type"] == "slot" and r["status"] == "ok"}
     assert slots_ok, "no server life completed"
@@ -122,7 +122,7 @@ def test_rss_collector_reports_the_servers_memory(real_parts: dict[str, str],
                 p.kill()
         shell.kill()
         shell.wait(timeout=10)
-    assert no_process_left(f"rss-{tmp_path.name}")
+    assert no_process_left(started_pids())
     assert peaks.rss is not None and peaks.samples >= 5
     assert own * 0.9 <= peaks.rss <= own * 1.3 + 32 * MIB
     assert peaks.rss > 50 * MIB  # the 94 MiB model is in memory

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import llama_start, no_process_left, write_arms
+from tests.conftest import llama_start, no_process_left, started_pids, write_arms
 
 
 def test_real_ab_of_two_llama_server_builds(tmp_path: Path, results: Path, real_parts,
@@ -50,4 +50,4 @@ workloads:
     meta = json.loads((run / "run.json").read_text())
     assert meta["servers"]["avx2"]  # what llama-server says about itself (/props)
     assert "timing agreement" in r.stdout
-    assert no_process_left(tag)
+    assert no_process_left(started_pids(servers=True))

@@ -12,7 +12,16 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import llama_start
-from tests.faultkit import cli, cli_start, find_run, meta, only_run, samples, wait_for, wait_gone
+from tests.faultkit import (
+    cli,
+    cli_start,
+    find_run,
+    meta,
+    only_run,
+    samples,
+    wait_for,
+    wait_gone_matching,
+)
 
 
 def _setsid_arms(path: Path, parts: dict[str, str], tag: str, rounds: int) -> Path:
@@ -44,7 +53,7 @@ def test_a_setsid_llama_server_is_measured_and_stopped(tmp_path: Path, results: 
     assert all(s["valid"] for s in samples(run))
     assert "stopping processes that left the server's group" in \
         (run / "logs" / "a-r0.log").read_text()
-    wait_gone(tag, timeout=5)
+    wait_gone_matching(tag, timeout=5)
 
 
 def test_sigkill_of_abbench_leaves_no_setsid_llama_server(tmp_path: Path, results: Path,
@@ -58,5 +67,5 @@ def test_sigkill_of_abbench_leaves_no_setsid_llama_server(tmp_path: Path, result
              or samples(run), 120, "arm a's server to start")
     proc.kill()
     proc.wait()
-    wait_gone(tag, timeout=15)  # the reaper, by the life's token
+    wait_gone_matching(tag, timeout=15)  # the reaper, by the life's token
     assert meta(run)["status"] == "running"

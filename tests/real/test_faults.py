@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import llama_start, no_process_left
+from tests.conftest import llama_start, no_process_left, started_pids
 from tests.faultkit import (
     cli,
     cli_start,
@@ -111,7 +111,7 @@ def test_kill9_of_a_server_mid_run(tmp_path: Path, real_parts: dict[str, str], t
     report = (run / "report.md").read_text()
     assert f"Failed: arm b, round {victim_round}: the server died (exit code -9)" in report
     assert f"Round {victim_round} is left out of the comparison" in report
-    wait_gone(tag)
+    wait_gone()
     # resume: the failed round runs again at the end, in the same order
     p = cli("run", "--resume", run.name, "--results", results, "--plain")
     assert p.returncode == 0, p.stderr
@@ -121,7 +121,7 @@ def test_kill9_of_a_server_mid_run(tmp_path: Path, real_parts: dict[str, str], t
     assert orders[victim_round] == orders[2]
     assert "It was run again as round 2" in (run / "report.md").read_text()
     assert m["rounds_done"] == 2
-    wait_gone(tag)
+    wait_gone()
 
 
 def test_sigstop_hang_times_out_and_stops_the_server(tmp_path: Path,
@@ -141,7 +141,7 @@ def test_sigstop_hang_times_out_and_stops_the_server(tmp_path: Path,
     [hung] = [s for s in samples(run) if s["arm"] == "b" and not s["valid"]]
     assert "timed out" in hung["reason"].lower()
     assert [s["status"] for s in slots(run) if s["arm"] == "b"] == ["failed"]
-    wait_gone(tag)  # the stopped server got SIGCONT + SIGTERM and is gone
+    wait_gone()  # the stopped server got SIGCONT + SIGTERM and is gone
 
 
 def test_port_taken_by_another_process(tmp_path: Path, real_parts: dict[str, str], tag: str,
@@ -165,7 +165,7 @@ def test_port_taken_by_another_process(tmp_path: Path, real_parts: dict[str, str
     st = {(s["arm"], s["round"]): s["status"] for s in slots(run)}
     assert st == {("a", 0): "ok", ("a", 1): "ok", ("b", 0): "failed", ("b", 1): "failed"}
     assert not list((run / "logs").glob("b-r*.log"))  # no b server was ever started
-    wait_gone(tag)
+    wait_gone()
 
 
 def test_server_exits_during_startup(tmp_path: Path, real_parts: dict[str, str], tag: str,
@@ -186,7 +186,7 @@ def test_server_exits_during_startup(tmp_path: Path, real_parts: dict[str, str],
     assert "last lines of the server log" in p.stderr and "broken.gguf" in p.stderr
     run = only_run(results)
     assert {s["arm"]: s["status"] for s in slots(run)} == {"a": "ok", "b": "failed"}
-    wait_gone(tag)
+    wait_gone()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
@@ -204,19 +204,19 @@ def test_abbench_stopped_mid_stream_then_resumed(tmp_path: Path, real_parts: dic
         assert "Error: stopped by SIGINT; every sample measured so far is kept" in err
         assert f"hint: resume with: abbench run --resume {run.name} --results {results}" in err
         assert meta(run)["status"] == "interrupted"
-        wait_gone(tag, timeout=8)  # stopped by abbench itself, within stop_grace
+        wait_gone(timeout=8)  # stopped by abbench itself, within stop_grace
     else:
         assert code == -9
-        wait_gone(tag, timeout=8)  # PR_SET_PDEATHSIG / the reaper
+        wait_gone(timeout=8)  # PR_SET_PDEATHSIG / the reaper
     assert lines(run)[:len(before)] == before
-    assert no_process_left(tag)
+    assert no_process_left(started_pids(servers=True))
     p = cli("run", "--resume", run.name, "--results", results, "--plain")
     assert p.returncode == 0, p.stderr
     m = meta(run)
     assert m["status"] == "complete" and m["rounds_done"] == 2
     assert lines(run)[:len(before)] == before
     assert "decode 256 (tok/s)" in p.stdout
-    wait_gone(tag)
+    wait_gone()
 
 
 def test_no_sample_fails_without_a_fault(tmp_path: Path, real_parts: dict[str, str],
@@ -235,4 +235,4 @@ def test_no_sample_fails_without_a_fault(tmp_path: Path, real_parts: dict[str, s
     bad = [(s["arm"], s["round"], s["reason"]) for s in samples(run) if not s["valid"]]
     assert bad == []
     assert len(samples(run)) == 6
-    wait_gone(tag)
+    wait_gone()

@@ -12,7 +12,7 @@ from abbench.history.plot import plot_history
 from abbench.history.series import build_series
 from abbench.store.index import open_index
 from abbench.store.run import list_runs
-from tests.conftest import llama_start, no_process_left, write_arms
+from tests.conftest import llama_start, no_process_left, started_pids, write_arms
 from tests.ref.test_history import cli
 
 
@@ -38,7 +38,7 @@ def test_two_real_runs_then_every_history_command(real_parts: dict[str, str], tm
                                "--results", str(results), "--plain"],
                               capture_output=True, text=True, timeout=600, check=False)
         assert proc.returncode == 0, proc.stderr
-    assert no_process_left(tag)
+    assert no_process_left(started_pids(servers=True))
     ids = [r.id for r in list_runs(results)]
     assert len(ids) == 2
 

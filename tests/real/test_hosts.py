@@ -19,7 +19,7 @@ import pytest
 
 from abbench.campaign import slurm
 from abbench.campaign.shards import host_name
-from tests.conftest import llama_start, no_process_left, write_arms
+from tests.conftest import llama_start, no_process_left, started_pids, write_arms
 from tests.faultkit import cli_start
 from tests.real.test_slurm import cluster  # noqa: F401  (the fixture)
 
@@ -107,7 +107,7 @@ def test_two_shards_as_slurm_array_tasks(tmp_path: Path, results: Path, real_par
 
     df = ab.load_samples(results)
     assert set(df["host"]) == {f"0-{host}", f"1-{host}"}
-    assert no_process_left(tag)
+    assert no_process_left(started_pids(servers=True))
     print(f"\ne2e --slurm --shards 2 --rounds 2: {wall:.1f} s")
 
 
@@ -143,7 +143,7 @@ def test_a_cancelled_task_keeps_the_others_rounds_and_resume_finishes(
     assert meta["status"] == "interrupted" and meta["rounds_done"] == 1
     shard_meta = json.loads((shard1 / "run.json").read_text())
     assert shard_meta["status"] == "interrupted"
-    assert no_process_left(tag)
+    assert no_process_left(started_pids(servers=True))
 
     t1 = time.monotonic()
     p = abbench("run", "--resume", folder, "--plain")
@@ -157,5 +157,5 @@ def test_a_cancelled_task_keeps_the_others_rounds_and_resume_finishes(
     samples = [r for r in records(folder) if r["type"] == "sample"]
     assert {r["round"] for r in samples} == {0, 1}
     assert not [r for r in records(folder) if r["type"] == "slot" and r["status"] == "failed"]
-    assert no_process_left(tag)
+    assert no_process_left(started_pids(servers=True))
     print(f"\ncancel after {t_cancel:.1f} s, resume {t_resume:.1f} s")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import llama_start, no_process_left, write_arms
+from tests.conftest import llama_start, no_process_left, started_pids, write_arms
 
 
 def test_real_load_levels_throughput_percentiles_and_goodput(tmp_path: Path, results: Path,
@@ -70,4 +70,4 @@ workloads:
     assert all(x["status"] == "ok" and x["prompt_tokens"] == 32 for x in reqs)
     meta = json.loads((run / "run.json").read_text())
     assert meta["servers"]["a"]["total_slots"] == 4
-    assert no_process_left(tag)
+    assert no_process_left(started_pids(servers=True))

@@ -18,7 +18,7 @@ from abbench.model.records import FingerprintRecord
 from abbench.quality.checks import load_item_file
 from abbench.server.process import start_server
 from abbench.store.run import list_runs
-from tests.conftest import llama_start, no_process_left, write_arms
+from tests.conftest import llama_start, no_process_left, started_pids, write_arms
 
 PROMPTS = Path(__file__).resolve().parents[2] / "abbench" / "data" / "prompts"
 
@@ -78,4 +78,4 @@ def test_code_and_think_fingerprint_on_the_real_server(tmp_path: Path,
     by_set = {s: {r["fingerprint"] for r in fps if r["set"] == s} for s in ("code", "think")}
     assert all(len(v) == 1 for v in by_set.values())  # the same build: the same outputs
     assert "0 of 12 cold code prompts differ" in res.output
-    assert no_process_left(real_parts["server"])
+    assert no_process_left(started_pids(servers=True))

@@ -14,7 +14,7 @@ from abbench.quality.fingerprints import fingerprint
 from abbench.report.quality_summary import _short
 from abbench.report.text import md_escape
 from abbench.store.run import list_runs
-from tests.conftest import ROOT, llama_start, no_process_left, write_arms
+from tests.conftest import ROOT, llama_start, no_process_left, started_pids, write_arms
 
 PROMPTS = """\
 name: three
@@ -78,7 +78,7 @@ fingerprints:
   max_tokens: 12
 """, rounds=2)
     records, md = _run(arms, results)
-    assert no_process_left(tag)
+    assert no_process_left(started_pids(servers=True))
 
     fps = [r for r in records if r["type"] == "fingerprint"]
     assert len(fps) == 4 and all(r["pass"] == "cold" and r["errors"] == [] for r in fps)
@@ -129,7 +129,7 @@ fingerprints:
   warm: true
 """, rounds=1)
     records, md = _run(arms, results)
-    assert no_process_left(tag)
+    assert no_process_left(started_pids(servers=True))
 
     texts: dict[str, dict[str, str]] = {"f16": {}, "q4": {}}
     for r in records:

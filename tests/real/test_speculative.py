@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from abbench.cli import app
 from abbench.store.run import list_runs
-from tests.conftest import llama_start, no_process_left, write_arms
+from tests.conftest import llama_start, no_process_left, started_pids, write_arms
 
 PROMPTS = Path(__file__).resolve().parents[2] / "abbench" / "data" / "prompts"
 
@@ -89,4 +89,4 @@ def test_acceptance_rows_per_prompt_set(tmp_path: Path, real_parts: dict[str, st
     # still inconclusive at 3 and 4 rounds (docs/serving.md), so the verdict is printed
     assert all(decode[a]["verdict"] != "too_few_rounds" for a in ("ngram", "self-draft"))
     assert "| speculative code acceptance |" in res.output
-    assert no_process_left(str(tmp_path))
+    assert no_process_left(started_pids(servers=True))

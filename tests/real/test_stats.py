@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from abbench.cli import app
 from abbench.report.table import table_of
 from abbench.store.run import Run
-from tests.conftest import llama_start, no_process_left, write_arms
+from tests.conftest import llama_start, no_process_left, started_pids, write_arms
 
 
 def _marked(argv: list[str], marker: str) -> list[str]:
@@ -82,7 +82,7 @@ def test_calibrate_aa_never_says_changed(tmp_path: Path, results: Path,
     verdicts = {r.metric: r.cells["f16-twin"].comparison.verdict for r in table.rows
                 if r.cells["f16-twin"].comparison is not None}
     assert len(verdicts) == 4 and "changed" not in verdicts.values(), verdicts
-    assert no_process_left(marker)
+    assert no_process_left(started_pids(servers=True))
 
 
 def test_q4_kv_cache_against_f16_is_changed_and_worse(tmp_path: Path, results: Path,
@@ -96,7 +96,7 @@ def test_q4_kv_cache_against_f16_is_changed_and_worse(tmp_path: Path, results: P
     res = CliRunner().invoke(app, ["run", str(arms), "--results", str(results), "--plain"])
     print(res.output)
     assert res.exit_code == 0, res.output
-    assert no_process_left(marker)
+    assert no_process_left(started_pids(servers=True))
     (run_dir,) = list(results.iterdir())
     run = Run(run_dir)
     table = table_of(run.records(), run.meta(), metrics=["prefill_tok_s", "decode_tok_s"])

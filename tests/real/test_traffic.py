@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import llama_start, no_process_left, write_arms
+from tests.conftest import llama_start, no_process_left, started_pids, write_arms
 
 
 def test_real_sessions_cache_on_against_off(tmp_path: Path, results: Path, real_parts) -> None:
@@ -50,4 +50,4 @@ workloads:
     line = next(x for x in r.stdout.splitlines()
                 if x.startswith("| sessions TTFT later turns p90 (ms) |"))
     assert "▲" in line, line
-    assert no_process_left(tag)
+    assert no_process_left(started_pids(servers=True))

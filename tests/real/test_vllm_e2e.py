@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import no_process_left
+from tests.conftest import no_process_left, started_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,7 +75,7 @@ def test_real_ab_of_two_vllm_arms(results: Path):
     assert tpl["repetition_penalty"] == 1.0 and tpl["seed"] == 0 and tpl["min_tokens"] == 32
     assert "| | prefix caching on | prefix caching off |" in r.stdout
     assert "vLLM metrics.generation_time_ms" in r.stdout  # the timing agreement line
-    assert no_process_left(str(run))
+    assert no_process_left(started_pids(servers=True))
     assert _shm() <= before, _shm() - before  # nothing left in /dev/shm
     print(f"vLLM e2e: {time.time() - t0:.0f} s")
 
@@ -100,6 +100,6 @@ def test_real_ab_of_two_sglang_arms(results: Path):
     tpl = meta["request_templates"]["radix-off"]["workloads"]["decode"]
     assert tpl["repetition_penalty"] == 1.0 and tpl["seed"] == 0 and tpl["min_tokens"] == 32
     assert "| | radix cache on | radix cache off |" in r.stdout
-    assert no_process_left(str(run))
+    assert no_process_left(started_pids(servers=True))
     assert _shm() <= before, _shm() - before  # nothing left in /dev/shm
     print(f"SGLang e2e: {time.time() - t0:.0f} s")

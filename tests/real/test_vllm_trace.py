@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import no_process_left
+from tests.conftest import no_process_left, started_pids
 from tests.real.test_vllm_e2e import ROOT, _parts
 
 
@@ -42,4 +42,4 @@ def test_real_vllm_prefix_caching_over_a_shared_prefix_trace(results: Path) -> N
     line = next(x for x in r.stdout.splitlines() if x.startswith("| trace TTFT p99 (ms) |")
                 or x.startswith("| trace TTFT first turns p90 (ms) |"))
     assert "▲" in line, line
-    assert no_process_left(str(run))
+    assert no_process_left(started_pids(servers=True))

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from tests.conftest import REFSERVER, no_process_left, write_arms
+from tests.conftest import REFSERVER, no_process_left, started_pids, write_arms
 from tests.ref.test_cli import abbench, only_run
 
 # 50 tokens/s: 8 tokens end 140 ms after the first up to the knee, 1.54 s beyond it
@@ -63,4 +63,4 @@ def test_search_finds_the_knee_and_a_planted_level_reads_changed(tmp_path: Path,
     assert row["cells"]["b"]["verdict"] == "changed", row
     assert "max concurrency meeting the SLA" in r.stdout
     assert (run / "capacity.png").stat().st_size > 10_000
-    assert no_process_left(str(tmp_path / "stop.log"))
+    assert no_process_left(started_pids(servers=True))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REFSERVER, no_process_left, no_server_left, write_arms
+from tests.conftest import REFSERVER, no_process_left, no_server_left, started_pids, write_arms
 from tests.faultkit import own_refserver
 
 
@@ -115,7 +115,7 @@ def test_validate_prints_the_plan_and_starts_nothing(tmp_path: Path):
     assert "slow (baseline)" in r.stdout and "seed 42" in r.stdout
     assert "workload requests: 3 per server life (1 warm-up), 12 in all over 4 server lives" \
         in r.stdout
-    assert no_process_left(str(server))
+    assert no_process_left(started_pids())
 
 
 @pytest.mark.parametrize(("change", "field"), [
@@ -132,6 +132,6 @@ def test_bad_config_exits_2_with_file_field_and_hint(tmp_path: Path, results: Pa
         assert r.returncode == 2, r.stderr
         assert str(arms) in r.stderr and field in r.stderr and "hint:" in r.stderr
     assert not results.exists() or not any(results.iterdir())
-    assert no_process_left(str(server))
+    assert no_process_left(started_pids())
 
 

@@ -21,7 +21,7 @@ from tests.faultkit import (
     ref_arms,
     samples,
     wait_for,
-    wait_gone,
+    wait_gone_matching,
 )
 
 
@@ -44,7 +44,7 @@ def test_a_server_whose_child_leaves_the_group_is_measured_and_stopped(
         assert "it listened on the life's port" in log
     else:
         assert "stopping processes that left the server's group: pid" in log
-    wait_gone(str(ref), timeout=5)
+    wait_gone_matching(str(ref), timeout=5)
 
 
 def test_a_server_that_daemonizes_is_refused_clearly_and_stopped(tmp_path: Path,
@@ -57,7 +57,7 @@ def test_a_server_that_daemonizes_is_refused_clearly_and_stopped(tmp_path: Path,
     assert "main process exited (code 0) before it was ready, leaving pid" in p.stderr
     assert "drop '&', --daemon or daemonize from the start command" in p.stderr
     assert "Traceback" not in p.stderr
-    wait_gone(str(ref), timeout=5)
+    wait_gone_matching(str(ref), timeout=5)
 
 
 def test_sigkill_of_abbench_stops_the_setsid_children_too(tmp_path: Path,
@@ -71,7 +71,7 @@ def test_sigkill_of_abbench_stops_the_setsid_children_too(tmp_path: Path,
     wait_for(lambda: lines(run), 60, "a record")
     proc.kill()
     proc.wait()
-    wait_gone(str(ref), timeout=10)  # the reaper, by the life's token
+    wait_gone_matching(str(ref), timeout=10)  # the reaper, by the life's token
     assert meta(run)["status"] == "running"
 
 

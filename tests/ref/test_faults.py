@@ -62,7 +62,7 @@ def test_server_exits_during_startup(tmp_path: Path, ref: Path, results: Path) -
     report = (run / "report.md").read_text()
     assert "Round 0 is left out of the comparison" in report
     assert "the server exited with code 3" in report
-    wait_gone(str(ref))
+    wait_gone()
 
 
 def test_server_never_ready_times_out(tmp_path: Path, ref: Path, results: Path) -> None:
@@ -79,7 +79,7 @@ def test_server_never_ready_times_out(tmp_path: Path, ref: Path, results: Path) 
         [("stuck", "failed")]
     # the stuck server was stopped (it answered 503 all along and never exited)
     assert [s["exit_code"] for s in slots(run) if s["arm"] == "stuck"] != [None]
-    wait_gone(str(ref))
+    wait_gone()
 
 
 # ------------------------------------------------------------ bad responses
@@ -122,7 +122,7 @@ def test_bad_response_marks_the_sample_and_goes_on(tmp_path: Path, ref: Path, re
             line = next(ln for ln in report.splitlines()
                         if ln.startswith(f"Sample {status}: arm bad, round {r}, decode 64 rep 0:"))
             assert md_escape(reason) in line, line
-    wait_gone(str(ref))
+    wait_gone()
 
 
 def test_answers_that_never_end_or_have_the_wrong_shape_outside_the_stream(
@@ -145,7 +145,7 @@ def test_answers_that_never_end_or_have_the_wrong_shape_outside_the_stream(
     assert all(s["reason"] == why for s in tok), tok
     report = (run / "report.md").read_text()
     assert f"Sample failed: arm tok, round 0, decode 64 rep 0: {why}." in report
-    wait_gone(str(ref))
+    wait_gone()
 
 
 def test_hung_request_times_out(tmp_path: Path, ref: Path, results: Path) -> None:
@@ -159,7 +159,7 @@ def test_hung_request_times_out(tmp_path: Path, ref: Path, results: Path) -> Non
     run = only_run(results)
     hung = [s for s in samples(run) if s["arm"] == "hangs" and not s["valid"]]
     assert len(hung) == 1 and "timed out" in hung[0]["reason"].lower(), hung
-    wait_gone(str(ref))
+    wait_gone()
 
 
 # ------------------------------------------------------------ signals to abbench
@@ -189,7 +189,7 @@ def test_signal_stops_servers_keeps_samples(tmp_path: Path, ref: Path, results: 
     assert after[:len(before)] == before  # nothing written before was changed or lost
     assert meta(run)["status"] == "interrupted"
     assert (run / "report.md").is_file()
-    wait_gone(str(ref), timeout=5)
+    wait_gone(timeout=5)
 
 
 def test_sigkill_of_abbench_leaves_no_server_and_resumes(tmp_path: Path, ref: Path,
@@ -198,7 +198,7 @@ def test_sigkill_of_abbench_leaves_no_server_and_resumes(tmp_path: Path, ref: Pa
     wait_for(lambda: not _no_ref(ref), 30, "a running server")
     proc.kill()
     proc.wait()
-    wait_gone(str(ref), timeout=10)  # PR_SET_PDEATHSIG and the reaper
+    wait_gone(timeout=10)  # PR_SET_PDEATHSIG and the reaper
     kept = samples(run)
     assert meta(run)["status"] == "running"  # abbench had no chance to say more
     p = cli("run", "--resume", run.name, "--results", results, "--plain")
@@ -209,12 +209,12 @@ def test_sigkill_of_abbench_leaves_no_server_and_resumes(tmp_path: Path, ref: Pa
     assert sorted(ok) == sorted((a, r) for a in "ab" for r in range(4))
     kept_keys = [(s["slot"], s["workload"]) for s in kept]
     assert [(s["slot"], s["workload"]) for s in samples(run)][:len(kept)] == kept_keys
-    wait_gone(str(ref))
+    wait_gone()
 
 
 def _no_ref(ref: Path) -> bool:
-    from tests.conftest import no_process_left
-    return no_process_left(str(ref))
+    from tests.conftest import no_process_left, started_pids
+    return no_process_left(started_pids(servers=True))
 
 
 # ------------------------------------------------------------ results directory
@@ -228,7 +228,7 @@ def test_results_under_a_file_fails_before_any_server(tmp_path: Path, ref: Path)
     assert "cannot create the results directory" in p.stderr
     assert "hint: pass --results DIR with a writable directory" in p.stderr
     assert "ready in" not in p.stderr
-    wait_gone(str(ref), timeout=1)
+    wait_gone(timeout=1)
 
 
 @pytest.mark.skipif(ROOT, reason="root writes through permission bits (the tmpfs tests cover it)")
@@ -239,7 +239,7 @@ def test_results_not_writable_fails_before_any_server(tmp_path: Path, ref: Path)
     p = cli("run", arms, "--results", ro, "--plain")
     assert p.returncode == 2, p.stderr
     assert "not writable" in p.stderr
-    wait_gone(str(ref), timeout=1)
+    wait_gone(timeout=1)
 
 
 @pytest.fixture
@@ -279,7 +279,7 @@ def test_unusable_results_disk_fails_before_any_server(tmp_path: Path, ref: Path
     assert p.returncode == 2, p.stderr
     assert f"Error: {d}: {message}" in p.stderr
     assert hint in p.stderr
-    wait_gone(str(ref), timeout=1)
+    wait_gone(timeout=1)
 
 
 def test_disk_fills_mid_run_keeps_samples_and_resumes(tmp_path: Path, ref: Path,
@@ -297,14 +297,14 @@ def test_disk_fills_mid_run_keeps_samples_and_resumes(tmp_path: Path, ref: Path,
     assert f"abbench run --resume {run.name} --results {results}" in err
     kept = lines(run)  # strict: no half line was left
     assert len([r for r in kept if r["type"] == "sample"]) >= 2
-    wait_gone(str(ref), timeout=5)
+    wait_gone(timeout=5)
     # free the space, resume: the run completes on top of what was kept
     (results / "filler").unlink()
     p = cli("run", "--resume", run.name, "--results", results, "--plain")
     assert p.returncode == 0, p.stderr
     assert lines(run)[:len(kept)] == kept
     assert meta(run)["status"] == "complete" and meta(run)["rounds_done"] == 4
-    wait_gone(str(ref))
+    wait_gone()
 
 
 def test_sigkill_of_abbench_reaps_grandchildren(tmp_path: Path, ref: Path,
@@ -328,7 +328,7 @@ def test_sigkill_of_abbench_reaps_grandchildren(tmp_path: Path, ref: Path,
     wait_for(lambda: len(samples(run)) >= 2, 60, "2 samples")
     proc.kill()
     proc.wait()
-    wait_gone(str(ref), timeout=10)
+    wait_gone(timeout=10)
 
 
 class _CtrlCAtTheEnd:
@@ -361,7 +361,7 @@ def test_interrupt_after_the_last_server_keeps_the_run_complete(
     out = camp.execute()
     assert out.status == "complete" and meta(out.run.path)["status"] == "complete"
     assert any("interrupted after the last server stopped" in m for m in progress.said)
-    wait_gone(str(ref), timeout=5)
+    wait_gone(timeout=5)
 
 
 def test_a_stray_server_on_the_port_is_never_measured(tmp_path: Path, ref: Path, results: Path,
@@ -409,7 +409,7 @@ def test_a_stray_server_on_the_port_is_never_measured(tmp_path: Path, ref: Path,
     assert len(failed) == 2 and out.status == "complete" and out.failed_slots == 2
     assert all(f"port {port} answered, but from pid {stray.pid}" in s["reason"] for s in failed)
     assert not samples(out.run.path)  # nothing measured from the stray
-    wait_gone(str(ref), timeout=5)
+    wait_gone(timeout=5)
 
 
 def test_abbench_killed_right_after_the_fork_leaves_no_grandchild(tmp_path: Path, ref: Path
@@ -458,7 +458,7 @@ def test_abbench_killed_right_after_the_fork_leaves_no_grandchild(tmp_path: Path
     try:
         assert p.returncode == 9, p.stderr
         assert "refserver: listening" in (tmp_path / "s.log").read_text()  # the grandchild ran
-        wait_gone(str(ref), timeout=10)
+        wait_gone(timeout=10)
     finally:  # a failed test must not leak the server either
         subprocess.run(["pkill", "-9", "-f", str(ref)], check=False)
 
@@ -499,7 +499,7 @@ def test_an_unexpected_exception_fails_that_server_life_never_ok(
         [("b", f"internal error: ValueError: boom (traceback in b-r{r}.log)") for r in (0, 1)]
     assert "ValueError: boom" in (run / "logs" / "b-r0.log").read_text()  # the traceback
     assert "arm b failed: internal error: ValueError: boom" in (run / "report.md").read_text()
-    wait_gone(str(ref))
+    wait_gone()
 
 
 def test_an_unexpected_exception_between_slots_stops_the_run_failed_not_running(
@@ -538,4 +538,4 @@ def test_an_unexpected_exception_between_slots_stops_the_run_failed_not_running(
     p = cli("run", "--resume", run.name, "--results", results, "--plain")
     assert p.returncode == 0, p.stderr
     assert meta(run)["status"] == "complete" and meta(run)["rounds_done"] == 2
-    wait_gone(str(ref))
+    wait_gone()

@@ -27,7 +27,7 @@ def _plan(tmp_path: Path, results: Path) -> tuple[Path, Path]:
 
 
 def test_shards_by_hand_then_gather(tmp_path: Path, results: Path) -> None:
-    folder, ref = _plan(tmp_path, results)
+    folder, _ref = _plan(tmp_path, results)
     host = host_name()
     p = cli("shard", "run", folder, "--index", "0", "--plain")
     assert p.returncode == 0, p.stderr
@@ -66,11 +66,11 @@ def test_shards_by_hand_then_gather(tmp_path: Path, results: Path) -> None:
     df = abbench.load_samples(results)
     assert set(df["host"]) == {f"0-{host}", f"1-{host}"}
     assert set(df[df["host"] == f"1-{host}"]["round"]) == {2, 3}
-    wait_gone(str(ref))
+    wait_gone()
 
 
 def test_resume_of_a_campaign_without_a_scheduler(tmp_path: Path, results: Path) -> None:
-    folder, ref = _plan(tmp_path, results)
+    folder, _ref = _plan(tmp_path, results)
     assert cli("shard", "run", folder, "--index", "1").returncode == 0
     p = cli("run", "--resume", folder.name, "--results", results, "--plain")
     assert p.returncode == 1
@@ -84,4 +84,4 @@ def test_resume_of_a_campaign_without_a_scheduler(tmp_path: Path, results: Path)
     assert "Failed:" not in p.stdout
     bad = cli("shard", "run", folder, "--index", "5")
     assert bad.returncode == 2 and "the campaign has no shard 5" in bad.stderr
-    wait_gone(str(ref))
+    wait_gone()

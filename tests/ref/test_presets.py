@@ -19,7 +19,13 @@ from abbench.campaign.runner import Campaign, RunOptions
 from abbench.config.arms import ResolvedArm, resolve_arms
 from abbench.config.loader import config_from_data, load_config
 from abbench.server.process import remove_stale_shm, shm_inodes, start_server
-from tests.conftest import no_process_left, no_server_left, refserver_start, write_arms
+from tests.conftest import (
+    no_process_left,
+    no_server_left,
+    refserver_start,
+    started_pids,
+    write_arms,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = ROOT / "tests" / "ref" / "shapes"
@@ -90,7 +96,7 @@ def test_stop_terms_the_main_process_first_then_the_group_within_the_grace(
     text = (tmp_path / "a.log").read_text()
     assert "refserver: stopping\n# abbench: stopped: exit code 0\n" in text
     assert "SIGKILL" not in text
-    assert no_process_left(str(log))
+    assert no_process_left(started_pids(servers=True))
 
 
 def test_stop_kills_what_ignores_term_once_the_grace_is_over(tmp_path: Path) -> None:

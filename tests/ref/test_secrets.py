@@ -79,7 +79,7 @@ def test_no_secret_of_any_shape_is_written_or_printed(tmp_path: Path, results: P
         for what, secret in SECRETS.items():
             assert secret not in text, f"{what} secret in {name}"
     assert "postgres://bench:***@localhost/db" in written["config.yaml"]
-    wait_gone(str(ref))
+    wait_gone()
 
 
 @pytest.mark.parametrize(("text", "want"), [

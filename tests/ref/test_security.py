@@ -29,7 +29,7 @@ def test_shell_true_runs_a_shell_with_the_port_in_the_environment(tmp_path: Path
     p = cli("run", arms, "--results", results, "--plain")
     assert p.returncode == 0, p.stderr
     assert "| decode 64 (tok/s) |" in p.stdout
-    wait_gone(str(ref))
+    wait_gone()
 
 
 # ----------------------------------------------------------------- secrets
@@ -83,7 +83,7 @@ def test_secrets_never_reach_stored_files_logs_reports_or_output(tmp_path: Path,
     assert cfg["defaults"]["env"] == {"OPENAI_API_KEY": "***"}
     assert "--api-key=***" in cfg["arms"][0]["start"]
     assert "--api-key=***" in written["logs/a-r0.log"]
-    wait_gone(str(ref))
+    wait_gone()
 
 
 # ----------------------------------------------------------------- 127.0.0.1
@@ -111,7 +111,7 @@ def test_servers_bind_127_0_0_1_by_default(tmp_path: Path) -> None:
         assert server.base_url == f"http://127.0.0.1:{server.port}"
     finally:
         server.stop()
-    wait_gone(str(ref))
+    wait_gone()
 
 
 # ----------------------------------------------------------------- markdown
@@ -129,7 +129,7 @@ def test_labels_and_reasons_are_escaped_in_the_report(tmp_path: Path, results: P
     head = next(line for line in report.splitlines() if line.startswith("| |"))
     assert head == "| | a | evil \\| &lt;img src=x onerror=alert(1)&gt; second line |"
     assert "<img" not in report
-    wait_gone(str(ref))
+    wait_gone()
 
 
 # ----------------------------------------------------------------- atomic writes

@@ -116,7 +116,7 @@ def test_a_closed_terminal_interrupts_the_run_cleanly(tmp_path: Path, results: P
     assert "internal error" not in str(m.get("error"))
     assert (run / "report.md").is_file()
     assert not (run / "error.log").exists()
-    wait_gone(str(ref))
+    wait_gone()
 
 
 def test_sigterm_while_the_report_is_written_keeps_the_report(tmp_path: Path,
@@ -147,7 +147,7 @@ def test_sigterm_while_the_report_is_written_keeps_the_report(tmp_path: Path,
     assert run is not None
     assert meta(run)["status"] == "complete"
     assert (run / "report.md").is_file() and (run / "report.json").is_file()
-    wait_gone(str(ref))
+    wait_gone()
     del out
 
 
@@ -160,4 +160,4 @@ def test_validate_and_run_print_nothing_raw_to_a_latin1_terminal(tmp_path: Path,
     assert p.returncode == 0, p.stderr
     assert b"Traceback" not in p.stderr
     assert b"a ? \xdf ?" in p.stdout or b"a ? ? ?" in p.stdout, p.stdout
-    wait_gone(str(ref))
+    wait_gone()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REFSERVER, no_process_left, write_arms
+from tests.conftest import no_process_left, started_pids, write_arms
 from tests.ref.test_cli import abbench, only_run
 from tests.ref.test_load import arms as load_arms
 from tests.ref.test_load import records
@@ -51,7 +51,7 @@ def test_sessions_replay_sends_the_same_prompts_to_every_arm_and_round(
     samples = [x for x in recs if x["type"] == "sample"]
     assert len(samples) == 4 and all(s["level"] == "sessions" for s in samples)
     assert all(0.5 < s["metrics"]["trace_designed_hit_rate"] < 1 for s in samples)
-    assert no_process_left(str(REFSERVER))
+    assert no_process_left(started_pids(servers=True))
 
 
 def test_mooncake_trace_replayed_at_its_timestamps_by_two_client_processes(
@@ -81,7 +81,7 @@ def test_mooncake_trace_replayed_at_its_timestamps_by_two_client_processes(
     assert "cache warm" in r.stdout
     samples = [x for x in recs if x["type"] == "sample"]
     assert all(s["client_workers"] == 2 and s["valid"] for s in samples), samples
-    assert no_process_left(str(REFSERVER))
+    assert no_process_left(started_pids(servers=True))
 
 
 def test_a_bad_trace_is_exit_2_before_any_server(tmp_path: Path, results: Path) -> None:

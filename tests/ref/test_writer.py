@@ -39,7 +39,7 @@ def _interrupted(tmp_path: Path, results: Path) -> tuple[Path, Path]:
 
 
 def test_resumes_started_together_measure_each_life_once(tmp_path: Path, results: Path) -> None:
-    run, ref = _interrupted(tmp_path, results)
+    run, _ref = _interrupted(tmp_path, results)
     procs = [cli_start("run", "--resume", run.name, "--results", results, "--plain",
                        out=tmp_path / f"resume{i}") for i in range(4)]
     codes = [p.wait(timeout=240) for p in procs]
@@ -55,7 +55,7 @@ def test_resumes_started_together_measure_each_life_once(tmp_path: Path, results
     assert len(samples(run)) == 2 * 6  # 3 rounds x 2 arms x 2 contexts, none twice
     assert meta(run)["status"] == "complete"
     assert json.loads(json.dumps(lines(run)))  # every line whole
-    wait_gone(str(ref))
+    wait_gone()
 
 
 def test_a_resume_while_the_run_goes_on_is_refused_by_the_lock(tmp_path: Path,
@@ -71,4 +71,4 @@ def test_a_resume_while_the_run_goes_on_is_refused_by_the_lock(tmp_path: Path,
         assert re.search(rf"still running by pid {proc.pid}\b", p.stderr), p.stderr
     finally:
         send(proc, signal.SIGINT)
-    wait_gone(str(ref))
+    wait_gone()
