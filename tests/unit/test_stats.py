@@ -249,7 +249,7 @@ def test_table_cells_legend_details_and_json() -> None:
     assert re.search(r"\| \d+\.\d\d-\d+\.\d\d \(\+\d\.\d% \[\+\d\.\d, \+\d\.\d\]\) ▲ \|", row)
     assert "≈" in row
     # the table's 4 shown cells are one family: TTFT is timed, so never exact
-    assert "Benjamini-Hochberg over the table's measured cells" in md
+    assert "Benjamini-Hochberg within each family of cells" in md
     fams = {c.comparison.family for r in table.rows for a, c in r.cells.items()
             if a != "base" and c.comparison is not None}
     assert fams == {"table"}
