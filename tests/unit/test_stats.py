@@ -390,3 +390,29 @@ def test_a_discrete_sampled_metric_whose_rounds_agree_is_decided_by_the_sign_tes
     assert six is not None and six.verdict == "changed" and six.p == 2.0 ** -5 and six.better
     assert same is not None and same.verdict != "changed" and not same.exact
     assert sign_p_band(0.005, 10, 0.00995, -0.01005) == 1.0  # inside the band: no claim
+
+
+def test_rows_not_shown_are_gated_by_the_table_and_the_sd_is_moderated() -> None:
+    """The "Also changed" family spends alpha only as far as the table's own cells
+    changed; the rounds' sd is pooled where the like cells' sds agree, moderated where
+    they differ more than chance."""
+    b, a = _pair(np.array([0.02, 0.03, 0.019, 0.025, 0.021, 0.018, 0.04, 0.011]))
+    moved = compare(b, a, noise_band=0.001)
+    null = compare(*_pair(np.array([0.001, -0.001, 0.0005, -0.0005, 0.0, 0.0002, -0.0002,
+                                    0.0001])), noise_band=0.001)
+    assert moved is not None and null is not None and moved.verdict == "changed"
+    closed = stats.adjust([null, moved], ["table", "also"])
+    assert closed[1].verdict == "inconclusive" and closed[1].p == 1.0
+    assert closed[1].family == "also" and closed[1].rounds_needed is not None
+    opened = stats.adjust([moved, moved], ["table", "also"])
+    assert [c.verdict for c in opened] == ["changed", "changed"]
+    alone = stats.adjust([moved], ["also"])  # no table family: all of alpha
+    assert alone[0].verdict == "changed"
+    same = [replace(null, sd_log=s) for s in (0.010, 0.011, 0.009, 0.0105)]
+    pool = stats.pooled_sd(same)
+    assert pool is not None and not pool.prior and pool.df == 4 * 7
+    apart = [replace(null, sd_log=s) for s in (0.001, 0.1, 0.002, 0.05, 0.0005, 0.2)]
+    pool = stats.pooled_sd(apart)
+    assert pool is not None and pool.prior and pool.df < 6 * 7
+    sd, df = pool.moderate(0.001, 7)
+    assert 0.001 < sd < pool.sd and df == pool.df + 7
