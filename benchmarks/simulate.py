@@ -818,7 +818,7 @@ def study_tables_aa(campaigns: Callable[[int], int], seed: int
                 rng = rng_for(seed, "tables A/A", noise, n)
                 got = [_cells(layout, next(grow(rng, layout, noise, n))[1])
                        for _ in range(campaigns(n))]
-                shown = [[(rd, a, c) for rd, a, c in cells if c.family == "table"]
+                shown = [[(rd, a, c) for rd, a, c in cells if c.family in ("table", "counts")]
                          for cells in got]
                 exact = [right(rd, a, c) for cells in got for rd, a, c in cells if c.exact]
                 out[noise.label, n] = (share([false_changed(c) for c in got]),

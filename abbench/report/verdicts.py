@@ -11,7 +11,7 @@ from abbench.report.text import md_escape
 from abbench.stats.blocks import BlockComparison
 from abbench.stats.decide import PROB
 from abbench.stats.kinds import MIRRORS
-from abbench.stats.paired import Comparison
+from abbench.stats.paired import SELECT, Comparison
 
 
 def _pct(x: float, digits: int = 1) -> str:
@@ -79,15 +79,17 @@ def legend_lines(table: Table) -> list[str]:
         "Cells: each round's value (a / b), their range (min-max) or the one value every "
         f"round gave; (±x% [lo, hi]) is the change against the baseline with its {level} "
         f"interval. ▲ better / ▼ worse: changed (beyond {band_s}: a one-sided test at the "
-        f"band's edge, p < {alpha * 100:g}% after Benjamini-Hochberg over the table's "
-        "measured cells (from 5 of them: over those beyond the band, at twice their p), "
-        "and separately over the rows not shown, which keeps false "
-        f"\"changed\" under {alpha * 100:g}% of each; the interval then clears the band); "
+        f"band's edge, p < {alpha * 100:g}% after Benjamini-Hochberg within each family of "
+        "cells: the table's timed cells, and its counts (quality passes, goodput, tested "
+        "as counts), split alpha 9 to 1 when both are there; in a family of 5 or more, "
+        f"over the cells whose p is at most {SELECT:g}, at p / {SELECT:g}; the rows not "
+        f"shown at {alpha * 100:g}% times the share of the table's cells that changed. So "
+        f"a table where nothing changed says \"changed\" in under {alpha * 100:g}% of runs; "
+        "the interval then clears the band); "
         f"≈ within noise (the interval inside {band_s}); ? not decided yet (about how many "
         f"more rounds would decide it with {PROB * 100:g}% probability at the noise seen); "
         "exact: every round gave the same value of a metric that does not vary (memory, "
-        "token counts), decided on the change as printed and outside the test families; "
-        "counts (quality passes, goodput) are tested as counts.",
+        "token counts), decided on the change as printed and outside the test families.",
     ]
 
 

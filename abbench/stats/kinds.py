@@ -12,10 +12,11 @@
 A metric of the user's own (a collector's ``name:``) is ``sampled`` unless declared here:
 the kind that never claims exactness.
 
-The multiplicity family (:func:`family`): the table's shown cells, except rows that
-mirror another (server timings beside the client's, the device's memory beside the
-process tree's), are one family; hidden rows and mirrors are another ("Also changed");
-exact cells are in neither.
+The multiplicity family (:func:`family`): the table's shown timed cells, except rows
+that mirror another (server timings beside the client's, the device's memory beside the
+process tree's), are one family (``table``); its shown counted cells another
+(``counts``); hidden rows and mirrors a third ("Also changed", ``also``); exact cells are
+in none. How the families share alpha: :func:`abbench.stats.paired.adjust`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from types import MappingProxyType
 from typing import Literal
 
 Kind = Literal["deterministic", "sampled", "counted"]
-Family = Literal["table", "also"]
+Family = Literal["table", "counts", "also"]
 
 _DECLARED: dict[str, Kind] = {
     "peak_vram_mib": "deterministic",
@@ -65,6 +66,9 @@ def kind(metric: str) -> Kind:
 
 
 def family(metric: str, shown: bool) -> Family:
-    """The multiplicity family of a (non-exact) cell of ``metric``: ``table`` for a cell
-    the table shows that mirrors no other row, else ``also``."""
-    return "table" if shown and metric not in MIRRORS else "also"
+    """The multiplicity family of a (non-exact) cell of ``metric``: for a cell the table
+    shows that mirrors no other row, ``counts`` when the metric is counted, else
+    ``table``; every other cell ``also``."""
+    if not shown or metric in MIRRORS:
+        return "also"
+    return "counts" if kind(metric) == "counted" else "table"
