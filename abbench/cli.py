@@ -391,7 +391,8 @@ def bisect(
 
 builds_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                          context_settings=CONTEXT,
-                         help="The build cache ($ABBENCH_CACHE, default ~/.cache/abbench).")
+                         help="The build cache ($ABBENCH_BUILD_CACHE, else "
+                              "$ABBENCH_CACHE, default ~/.cache/abbench).")
 app.add_typer(builds_app, name="builds")
 
 

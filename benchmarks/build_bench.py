@@ -41,14 +41,7 @@ sys.path.insert(0, str(ROOT))
 from abbench.server.build import BuiltArm, ensure_built  # noqa: E402
 from abbench.server.git import GitRef  # noqa: E402
 from abbench.server.recipes import llama_cpp  # noqa: E402
-
-
-def llama_repo() -> Path:
-    cache = Path(os.environ.get("ABBENCH_CACHE") or Path.home() / ".cache" / "abbench")
-    dest = cache / "test-repos" / "llama-git"
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "llama-git-repo.sh"), str(dest)],
-                         check=True, capture_output=True, text=True).stdout
-    return Path(out.strip().split("=", 1)[1])
+from tests.gitkit import llama_git_repo  # noqa: E402
 
 
 def ccache_stats(ccache_dir: Path) -> dict[str, int]:
@@ -120,7 +113,7 @@ def main() -> int:
     ap.add_argument("--markdown", type=Path, help="also write the table to this file")
     args = ap.parse_args()
 
-    repo = llama_repo()
+    repo = llama_git_repo()
     fresh = args.cache is None
     cache = Path(tempfile.mkdtemp(prefix="abbench-build-bench-")) if fresh else args.cache
     os.environ.pop("CCACHE_DIR", None)  # the cache's own ccache folder: cold means cold

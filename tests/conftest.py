@@ -11,19 +11,107 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
+from abbench.server.git import cache_root
 from abbench.server.tree import alive, life_of, marked
 
 ROOT = Path(__file__).resolve().parent.parent
 REFSERVER = ROOT / "tests" / "refserver.py"
+
+#: the environment variable naming this test session's own state folder: ABBENCH_CACHE
+#: points inside it (so does the local Slurm cluster's state, $ABBENCH_CACHE/slurm),
+#: while the builds (llama-server, the vLLM and SGLang venvs, the llama.cpp git history,
+#: git-arm builds and ccache) stay in the build cache, ABBENCH_BUILD_CACHE
+SESSION_VAR = "ABBENCH_TEST_SESSION"
+#: the Slurm ports scripts/slurm-local.sh reads: free ones per session, so that its
+#: cluster never meets one the user keeps on the default ports
+SLURM_PORTS = ("ABBENCH_SLURMCTLD_PORT", "ABBENCH_SLURMD_PORT", "ABBENCH_SLURMDBD_PORT",
+               "ABBENCH_SLURM_DB_PORT")
+#: the default results folders (``--results`` left out), which no test may write
+DEFAULT_RESULTS = tuple(dict.fromkeys([Path.cwd() / "results", ROOT / "results"]))
+_OWNED = pytest.StashKey[tuple[Path, dict[str, str | None]]]()
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """This session's own state folder, removed at its end: ABBENCH_CACHE (anything
+    abbench and the scripts keep besides builds) points there, ABBENCH_BUILD_CACHE at
+    the build cache the user named (ABBENCH_BUILD_CACHE, else ABBENCH_CACHE, else
+    ~/.cache/abbench), which is never rebuilt for it. An xdist worker inherits its
+    controller's folder."""
+    if os.environ.get(SESSION_VAR):
+        return
+    build = str(cache_root())  # abbench's own rule, before ABBENCH_CACHE moves
+    folder = Path(tempfile.mkdtemp(prefix="abbench-test-session-"))
+    names = (SESSION_VAR, "ABBENCH_BUILD_CACHE", "ABBENCH_CACHE", *SLURM_PORTS)
+    config.stash[_OWNED] = (folder, {k: os.environ.get(k) for k in names})
+    os.environ.update({SESSION_VAR: str(folder), "ABBENCH_BUILD_CACHE": build,
+                       "ABBENCH_CACHE": str(folder / "cache")})
+    for name, port in zip(SLURM_PORTS, _free_ports(len(SLURM_PORTS)), strict=True):
+        os.environ.setdefault(name, str(port))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return (f"abbench: builds in {os.environ.get('ABBENCH_BUILD_CACHE')}, this session's "
+            f"state in {os.environ.get(SESSION_VAR)}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    owned = config.stash.get(_OWNED, None)
+    if owned is None:
+        return
+    folder, before = owned
+    shutil.rmtree(folder, ignore_errors=True)
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def results_stamp(folder: Path) -> tuple[object, ...]:
+    """What any write to a results folder changes: its own entries (a run folder, the
+    index or its journal made, renamed or removed: the folder's mtime) and the index."""
+    def stat(p: Path) -> tuple[int, int] | None:
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_mtime_ns, st.st_size
+
+    return stat(folder), stat(folder / "index.sqlite")
+
+
+@pytest.fixture(autouse=True)
+def _default_results_untouched() -> Iterator[None]:
+    """No test writes the default results folder (./results): each passes --results."""
+    before = [results_stamp(f) for f in DEFAULT_RESULTS]
+    yield
+    touched = [str(f) for f, b in zip(DEFAULT_RESULTS, before, strict=True)
+               if results_stamp(f) != b]
+    if touched:
+        pytest.fail(f"this test wrote the default results folder {', '.join(touched)}: "
+                    "give its commands --results under tmp_path")
 
 
 def refserver_start(*flags: str) -> list[str]:

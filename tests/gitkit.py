@@ -1,5 +1,6 @@
 """A git repository whose commits change the reference server's decode rate, and
-arms files that build arms from it (for the git-arm and bisect tests)."""
+arms files that build arms from it (for the git-arm and bisect tests); the real
+llama.cpp history of scripts/llama-git-repo.sh in the build cache."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from abbench.server.git import cache_root
+
 REFSERVER = Path(__file__).parent / "refserver.py"
 _GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
 
@@ -17,6 +20,16 @@ SERVE = f"""#!/bin/sh
 here=$(dirname "$0")
 exec {sys.executable} "$here/refserver.py" --rate "$(cat "$here/rate")" "$@"
 """
+
+
+def llama_git_repo() -> Path:
+    """The four-commit llama.cpp repository of scripts/llama-git-repo.sh (tags base,
+    noop1, slow, noop2), made once in the build cache (``ABBENCH_BUILD_CACHE``: a test
+    session's own state folder never holds it) and reused; ccache installed."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "llama-git-repo.sh"
+    out = subprocess.run(["bash", str(script), str(cache_root() / "test-repos" / "llama-git")],
+                         check=True, capture_output=True, text=True).stdout
+    return Path(out.strip().rsplit("=", 1)[1])
 
 
 def git(repo: Path, *args: str) -> str:

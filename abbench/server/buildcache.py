@@ -1,7 +1,8 @@
 """The build cache's administration: every entry listed (``abbench builds ls``) and
 garbage collection by age and size (``abbench builds gc``).
 
-Layout under the cache root (``$ABBENCH_CACHE``, default ``~/.cache/abbench``)::
+Layout under the cache root (``$ABBENCH_BUILD_CACHE``, else ``$ABBENCH_CACHE``, default
+``~/.cache/abbench``)::
 
     git/<source>-<hash of the repo>.git     bare mirror (git clone --mirror, then git fetch)
     git/<source>-<hash of the repo>.lock    flock for clone, fetch and worktree changes

@@ -232,16 +232,19 @@ def _is_local(repo: str) -> bool:
 
 
 def cache_root(cache: Path | str | None = None) -> Path:
-    """The cache root: ``cache``, else ``$ABBENCH_CACHE``, else ``~/.cache/abbench``,
-    made absolute with symlinks resolved (ccache compares real paths)."""
-    root = Path(cache if cache is not None else os.environ.get("ABBENCH_CACHE")
-                or Path.home() / ".cache" / "abbench")
+    """The build cache's root: ``cache``, else ``$ABBENCH_BUILD_CACHE``, else
+    ``$ABBENCH_CACHE``, else ``~/.cache/abbench``, made absolute with symlinks resolved
+    (ccache compares real paths). ``ABBENCH_BUILD_CACHE`` names the builds alone, where
+    ``ABBENCH_CACHE`` may point elsewhere (the test session's own state does)."""
+    root = Path(cache if cache is not None else os.environ.get("ABBENCH_BUILD_CACHE")
+                or os.environ.get("ABBENCH_CACHE") or Path.home() / ".cache" / "abbench")
     root = Path(os.path.realpath(root.expanduser()))
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise StoreError(f"cannot create the cache folder: {e.strerror}", where=str(root),
-                         hint="set ABBENCH_CACHE to a writable folder") from e
+                         hint="set ABBENCH_BUILD_CACHE (or ABBENCH_CACHE) to a writable "
+                              "folder") from e
     return root
 
 

@@ -1,11 +1,11 @@
 """Real builds from git refs: llama-server of two commits of the llama.cpp history that
 scripts/llama-git-repo.sh makes (``base`` and ``slow``), built with CMake and ccache by
-abbench.server.build into the shared cache ($ABBENCH_CACHE), then run.
+abbench.server.build into the build cache ($ABBENCH_BUILD_CACHE), then run.
 
 The first run builds (about 6 minutes cold on 2 cores, then about a minute for the
 second ref with ccache warm); later runs are cache hits. The measured times are in
-docs/build-bench.md (benchmarks/build_bench.py), not asserted here, but for the one
-number the cache exists for: a hit takes less than 2 s."""
+docs/build-bench.md (benchmarks/build_bench.py), never asserted here: a hit is shown by
+what it does (the entry built before, used once more), not by how fast it was."""
 
 from __future__ import annotations
 
@@ -19,18 +19,13 @@ from abbench.server.build import ensure_built
 from abbench.server.buildcache import list_builds
 from abbench.server.git import GitRef
 from abbench.server.recipes import llama_cpp
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.gitkit import llama_git_repo
 
 
 @pytest.fixture(scope="module")
 def llama_repo() -> Path:
     """The four-commit llama.cpp repository (made once, reused), ccache installed."""
-    cache = Path(os.environ.get("ABBENCH_CACHE") or Path.home() / ".cache" / "abbench")
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "llama-git-repo.sh"),
-                          str(cache / "test-repos" / "llama-git")],
-                         check=True, capture_output=True, text=True).stdout
-    return Path(out.strip().rsplit("=", 1)[1])
+    return llama_git_repo()
 
 
 def test_base_and_slow_build_run_and_hit_the_cache(llama_repo: Path) -> None:
@@ -50,7 +45,8 @@ def test_base_and_slow_build_run_and_hit_the_cache(llama_repo: Path) -> None:
         assert f"commit {arm.sha[:7]}" in out.stdout + out.stderr, (ref, out.stderr)
         assert "abbench build of llama.cpp" in arm.log.read_text()
 
+    hits = {e.path: e.hits for e in list_builds()}
     again = ensure_built(GitRef(source.name, "base"), source, jobs=jobs)
     assert again.cached and again.dir == built["base"].dir
-    assert again.seconds < 2.0
-    assert any(e.path == again.dir and e.complete for e in list_builds())
+    (entry,) = [e for e in list_builds() if e.path == again.dir]
+    assert entry.complete and entry.hits == hits[again.dir] + 1

@@ -7,8 +7,9 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import socket
 import subprocess
-import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -18,6 +19,7 @@ from abbench.campaign.runner import Campaign, RunOptions
 from abbench.collectors.memory import MIB, TreeSampler
 from abbench.config.loader import load_config
 from tests.conftest import llama_start, no_process_left, started_pids, write_arms
+from tests.faultkit import wait_for
 
 
 def test_counter_rates_match_the_servers_own_timings(real_parts: dict[str, str],
@@ -92,27 +94,33 @@ def test_counter_rates_match_the_servers_own_timings(real_parts: dict[str, str],
     assert "| peak RSS (MiB) |" in out.report_md
 
 
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
+            return bool(r.status == 200)
+    except (OSError, ValueError):  # refused, 503 while loading (HTTPError), cut
+        return False
+
+
 def test_rss_collector_reports_the_servers_memory(real_parts: dict[str, str],
                                                   tmp_path: Path) -> None:
     """Through a shell parent (a process tree): the sampler's peak covers the server's
     own RSS, read independently with psutil, and not much more."""
-    argv = [a.replace("{host}", "127.0.0.1").replace("{port}", "0")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [a.replace("{host}", "127.0.0.1").replace("{port}", str(port))
             for a in llama_start(real_parts, "--alias", f"rss-{tmp_path.name}", ctx=512)]
     shell = subprocess.Popen(["/bin/sh", "-c", shlex.join(argv) + "; true"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sampler = TreeSampler(shell.pid, 0.02, None, rss=True)
     try:
-        deadline = time.time() + 60
-        server = None
-        while time.time() < deadline and server is None:
-            kids = psutil.Process(shell.pid).children()
-            server = kids[0] if kids else None
-            time.sleep(0.1)
-        assert server is not None
-        time.sleep(3)  # the model is loaded and its pages touched
+        server = wait_for(lambda: next(iter(psutil.Process(shell.pid).children()), None),
+                          300, "the server under the shell")
+        wait_for(lambda: _healthy(port), 300, "the model loaded (/health answers 200)")
         sampler.start()
         w = sampler.open()
-        time.sleep(0.5)
+        wait_for(lambda: sampler.windows[w].samples >= 5, 300, "five samples")
         own = server.memory_info().rss + psutil.Process(shell.pid).memory_info().rss
         peaks = sampler.close(w)
     finally:

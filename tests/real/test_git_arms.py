@@ -6,21 +6,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 from pathlib import Path
 
 from tests.faultkit import cli, only_run
+from tests.gitkit import llama_git_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_git_refs_yaml_build_then_run(tmp_path: Path, real_parts: dict[str, str]) -> None:
-    cache = Path(os.environ.get("ABBENCH_CACHE") or Path.home() / ".cache" / "abbench")
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "llama-git-repo.sh"),
-                          str(cache / "test-repos" / "llama-git")],
-                         check=True, capture_output=True, text=True).stdout
-    env = {"LLAMA_GIT": out.strip().rsplit("=", 1)[1], "SMOLLM2_GGUF": real_parts["model"]}
+    env = {"LLAMA_GIT": str(llama_git_repo()), "SMOLLM2_GGUF": real_parts["model"]}
     p = cli("build", ROOT / "arms" / "git-refs.yaml", env=env, timeout=1800)
     assert p.returncode == 0, p.stderr
     p = cli("build", ROOT / "arms" / "git-refs.yaml", env=env)

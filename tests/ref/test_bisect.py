@@ -17,7 +17,7 @@ def _bisect(tmp_path: Path,
     shas = rate_repo(tmp_path / "repo", rates)
     arms = git_arms(tmp_path / "arms.yaml", tmp_path / "repo", {"pr": {"ref": "main"}, "x": {
         "ref": "main"}}, rounds=2)
-    env = {**ENV_KEYS, "ABBENCH_CACHE": str(tmp_path / "cache")}
+    env = {**ENV_KEYS, "ABBENCH_BUILD_CACHE": str(tmp_path / "cache")}
     p = cli("bisect", arms, "--good", "good", "--bad", "bad", "--row", "decode 64",
             "--until-ci", "20%", "--results", tmp_path / "results", "--plain", env=env,
             timeout=600)
@@ -34,7 +34,8 @@ def test_bisect_finds_the_planted_commit_in_3_steps(tmp_path: Path) -> None:
     # resumable: the same command again runs nothing and says the same
     again = cli("bisect", tmp_path / "arms.yaml", "--good", "good", "--bad", "bad",
                              "--row", "decode 64", "--results", tmp_path / "results",
-                             "--plain", env={**ENV_KEYS, "ABBENCH_CACHE": str(tmp_path / "cache")})
+                             "--plain",
+                env={**ENV_KEYS, "ABBENCH_BUILD_CACHE": str(tmp_path / "cache")})
     assert f"Culprit: {shas[6]}" in again.stdout and "continuing" in again.stderr
 
 

@@ -18,7 +18,7 @@ from tests.gitkit import git, git_arms, rate_repo
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    return {"ABBENCH_CACHE": str(tmp_path / "cache"), "ABBENCH_CCACHE": "0"}
+    return {"ABBENCH_BUILD_CACHE": str(tmp_path / "cache"), "ABBENCH_CCACHE": "0"}
 
 
 def test_build_run_cache_and_pins(tmp_path: Path, env: dict[str, str]) -> None:

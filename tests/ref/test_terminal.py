@@ -121,15 +121,18 @@ def test_a_closed_terminal_interrupts_the_run_cleanly(tmp_path: Path, results: P
 
 def test_sigterm_while_the_report_is_written_keeps_the_report(tmp_path: Path,
                                                               results: Path) -> None:
-    """A sitecustomize slows the report down and says when it starts: SIGTERM then."""
-    mark = tmp_path / "writing-report"
+    """A sitecustomize says when the report starts and holds it until the test has sent
+    SIGTERM (a file says so): the signal comes while the report is written, however
+    slow the machine."""
+    mark, sent = tmp_path / "writing-report", tmp_path / "term-sent"
     (tmp_path / "sitecustomize.py").write_text(
-        "import time\n"
+        "import os, time\n"
         "import abbench.campaign.runner as r\n"
         "_orig = r.Campaign.write_report\n"
         "def slow(self, meta):\n"
         f"    open({str(mark)!r}, 'w').close()\n"
-        "    time.sleep(1.5)\n"
+        f"    while not os.path.exists({str(sent)!r}):\n"
+        "        time.sleep(0.01)\n"
         "    return _orig(self, meta)\n"
         "r.Campaign.write_report = slow\n")
     ref = own_refserver(tmp_path)
@@ -140,7 +143,8 @@ def test_sigterm_while_the_report_is_written_keeps_the_report(tmp_path: Path,
                             stderr=subprocess.PIPE, env=env, text=True)
     wait_for(mark.exists, 60, "the report to start")
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    sent.touch()
+    out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
     assert "stopped by SIGTERM" in err and "Traceback" not in err
     run = find_run(results)

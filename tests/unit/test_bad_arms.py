@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -85,9 +84,7 @@ def test_bad_arms_file_is_refused(path: Path, command: str, tmp_path: Path,
     monkeypatch.chdir(folder)
     monkeypatch.setenv("ABF_PY", sys.executable)
     monkeypatch.setenv("ABF_MARK", str(mark))
-    t0 = time.monotonic()
     p = CliRunner().invoke(app, args)
-    took = time.monotonic() - t0
     if command == "validate" and "# validate: warning" in _lines(path):
         # validate may run on another machine than the servers: a warning there
         assert p.exit_code == 0, (p.stdout, p.stderr, p.exception)
@@ -100,7 +97,6 @@ def test_bad_arms_file_is_refused(path: Path, command: str, tmp_path: Path,
     assert rest and rest[0].startswith("hint: ") and len(rest[0]) > 10
     assert "Traceback" not in p.stderr
     assert len(p.stderr.encode()) < 2048, len(p.stderr.encode())
-    assert took < 5, f"{took:.1f} s"
     assert not mark.exists(), "a start command ran"
     assert not results.exists(), "the run got as far as the results directory"
 

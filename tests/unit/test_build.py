@@ -132,7 +132,6 @@ def test_build_then_cache_hit(repo: Path, cache: Path) -> None:
 
     again = ensure_built(GitRef("tiny", "main"), src, cache=cache)  # same commit
     assert again.cached and again.dir == first.dir and again.key == first.key
-    assert again.seconds < 1.0
     assert (first.dir / "last_used").stat().st_mtime > used - 50
     assert first.log.read_text().count("built 3") == 1
     assert [e.hits for e in list_builds(cache)] == [1]

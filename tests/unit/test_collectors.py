@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 from types import SimpleNamespace as NS
@@ -25,6 +24,7 @@ from abbench.errors import ConfigError
 from abbench.model.records import parse_records
 from abbench.report.markdown import note_lines, note_text
 from abbench.report.notes import collector_notes, drift_notes
+from tests.faultkit import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,18 +162,25 @@ def test_sampler_keeps_the_peak_of_each_open_window(fake_nvml: FakeNvml) -> None
     fake_nvml.procs[0] = [NS(pid=me, usedGpuMemory=100 * MIB)]
     fake_nvml.used_v2[0] = 600 * MIB
     s = TreeSampler(me, 0.005, nv, rss=True)
+
+    def sampled(wid: int) -> None:
+        """Until the sampling thread has read the fake NVML as it is now into ``wid``: two
+        samples more (the first may have read it before the change)."""
+        n = s.windows[wid].samples
+        wait_for(lambda: s.windows[wid].samples > n + 1, 60, "the sampling thread")
+
     s.start()
     try:
         life = s.open()
-        time.sleep(0.05)
+        sampled(life)
         window = s.open()
         fake_nvml.procs[0] = [NS(pid=me, usedGpuMemory=300 * MIB)]
-        time.sleep(0.05)
+        sampled(window)
         fake_nvml.procs[0] = [NS(pid=me, usedGpuMemory=200 * MIB)]
-        time.sleep(0.05)
+        sampled(window)
         w = s.close(window)
         fake_nvml.procs[0] = [NS(pid=me, usedGpuMemory=400 * MIB)]
-        time.sleep(0.05)
+        sampled(life)
         whole = s.close(life)
     finally:
         s.stop()

@@ -6,9 +6,11 @@ import json
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from abbench.collectors import counters
 from abbench.collectors.counters import counter_value, flush_once, metric_names_in, request_misses
 from abbench.config.presets import LLAMA_CPP, SGLANG, VLLM
 from abbench.model.records import parse_record
@@ -38,11 +40,18 @@ def test_flush_reads_success_and_retries(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_flush_fails_when_success_stays_false(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked again every 0.25 s until flush_retry_s has passed (on a clock the waits
+    advance): at 0, 0.25 and 0.5 s, then no more."""
     preset = VLLM.__class__(**{**VLLM.__dict__, "flush_retry_s": 0.3})
-    t0 = time.perf_counter()
-    out = flush_once(lambda: _Resp(200, '{"success":false}'), preset)
-    assert time.perf_counter() - t0 < 2
-    assert out["ok"] is False and "success=False" in out["reason"] and out["attempts"] > 1
+    clock = [0.0]
+    monkeypatch.setattr(counters, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    def sleep(s: float) -> None:
+        clock[0] += s
+
+    out = flush_once(lambda: _Resp(200, '{"success":false}'), preset, sleep=sleep)
+    assert out["ok"] is False and out["attempts"] == 3 and clock == [0.5]
+    assert "success=False after 3 attempt(s) in 0.3 s" in out["reason"]
 
 
 def test_flush_404_says_dev_mode(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,17 +4,19 @@ on PATH that print captured output), the job's wrapper script, and wait's rules.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from abbench.campaign import slurm
 from abbench.errors import AbbenchError, SchedulerError
+from tests.faultkit import wait_for
 
 OUT = Path(__file__).parent / "slurm_output"
 
@@ -268,24 +270,29 @@ def test_submit_rejects_bad_input(submitted) -> None:
         submitted(commands=[["a"]], env={"A-B": "1"})
 
 
-def run_wrapper(script: Path, task: int, *, term_after: float | None = None
+def run_wrapper(script: Path, task: int, *, term_when: list[str] | None = None
                 ) -> subprocess.CompletedProcess[str]:
-    """Run the batch script as slurmd would, for one array task (no Slurm needed)."""
+    """Run the batch script as slurmd would, for one array task (no Slurm needed);
+    ``term_when``: once a process of the task runs that argv, SIGTERM to the task's
+    process group, as slurmstepd sends it."""
     env = {**os.environ, "PATH": "/usr/bin:/bin", "SLURM_ARRAY_JOB_ID": "42",
            "SLURM_ARRAY_TASK_ID": str(task)}
-    if term_after is None:
+    if term_when is None:
         return subprocess.run(["/bin/bash", str(script)], env=env, capture_output=True,
-                              text=True, timeout=30, check=False)
+                              text=True, timeout=120, check=False)
     p = subprocess.Popen(["/bin/bash", str(script)], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
-    status = script.parent / f"42_{task}.status"
-    deadline = time.monotonic() + 20
-    while not (status.exists() and status.read_text().startswith("running")):
-        assert time.monotonic() < deadline, "the wrapper never wrote 'running'"
-        time.sleep(0.05)
-    time.sleep(term_after)
+
+    def running() -> bool:
+        for child in psutil.Process(p.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if child.cmdline() == term_when:
+                    return True
+        return False
+
+    wait_for(running, 120, f"the task to run {term_when}")
     os.killpg(p.pid, signal.SIGTERM)  # slurmstepd signals every process of the task
-    stdout, stderr = p.communicate(timeout=20)
+    stdout, stderr = p.communicate(timeout=120)
     return subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
 
 
@@ -308,10 +315,8 @@ def test_wrapper_script_body_and_sigterm(submitted) -> None:
                                   'if [ "$SLURM_ARRAY_TASK_ID" = 1 ]; then sleep 30; fi'],
                           n_tasks=2)
     assert run_wrapper(script, 0).stdout == "task 0\n"
-    t0 = time.monotonic()
-    stopped = run_wrapper(script, 1, term_after=0.3)
-    assert time.monotonic() - t0 < 15  # not the 30 s sleep
-    assert stopped.returncode == 143
+    stopped = run_wrapper(script, 1, term_when=["sleep", "30"])
+    assert stopped.returncode == 143  # stopped by the TERM: the sleep's end exits 0
     assert (script.parent / "42_1.status").read_text() == "signal TERM 143\n"
 
 
