@@ -337,6 +337,10 @@ class Run:
         """run.json typed (:class:`RunMeta`), read and checked as :meth:`meta` is."""
         return self._read_meta()[1]
 
+    def meta_and_info(self) -> tuple[dict[str, Any], RunMeta]:
+        """run.json as written and typed, from one read."""
+        return self._read_meta()
+
     def _read_meta(self) -> tuple[dict[str, Any], RunMeta]:
         path = self.path / RUN_FILE
         try:
@@ -379,13 +383,17 @@ class Run:
             changes["schedule"] = [list(s) for s in schedule]
         self.update_meta(**changes)
 
-    def set_server(self, arm: str, props: dict[str, Any]) -> None:
-        """What an arm's server said about itself (llama.cpp /props), once per arm."""
-        self.update_meta(servers={**self.info().servers, arm: props})
-
-    def set_request_templates(self, arm: str, templates: dict[str, Any]) -> None:
-        """What each request of an arm sends, by workload, once per arm."""
-        self.update_meta(request_templates={**self.info().request_templates, arm: templates})
+    def describe_arm(self, arm: str, *, props: dict[str, Any] | None = None,
+                     templates: dict[str, Any] | None = None) -> None:
+        """What an arm's server said about itself (llama.cpp /props) and what each of its
+        requests sends, by workload: once per arm, in one read and one write of
+        run.json (each write is an fsync)."""
+        meta, info = self._read_meta()
+        if props is not None:
+            meta["servers"] = {**info.servers, arm: props}
+        if templates is not None:
+            meta["request_templates"] = {**info.request_templates, arm: templates}
+        self.write_meta(meta)
 
     def records(self, problems: list[str] | None = None) -> list[Record]:
         """Every record stored so far (as :func:`iter_records` reads them). The runner
