@@ -19,6 +19,7 @@ import argparse
 import collections
 import contextlib
 import os
+import statistics
 import sys
 import tempfile
 import textwrap
@@ -47,6 +48,7 @@ class Sampler:
         self.inside = 0
         self.hits: collections.Counter[str] = collections.Counter()
         self.samples = 0
+        self.fsyncs: list[float] = []
         self.done = threading.Event()
         self.main = threading.main_thread().ident
 
@@ -102,6 +104,15 @@ def campaign(tmp: Path, rounds: int, sampler: Sampler) -> dict[str, float]:
 
     runner.Timing.count = lambda self, what: sampler.bucket(self, what)  # type: ignore
     runner.Timing.as_dict = timing_now  # type: ignore[method-assign]
+    fsync = os.fsync
+
+    def timed_fsync(fd: int) -> None:  # every fsync abbench makes, counted and timed
+        t0 = time.perf_counter()
+        fsync(fd)
+        if not sampler.done.is_set():
+            sampler.fsyncs.append(time.perf_counter() - t0)
+
+    os.fsync = timed_fsync
     thread = threading.Thread(target=sampler.run, daemon=True)
     thread.start()
     try:
@@ -111,6 +122,7 @@ def campaign(tmp: Path, rounds: int, sampler: Sampler) -> dict[str, float]:
         sampler.done.set()
         thread.join()
         runner.Timing.count, runner.Timing.as_dict = original, as_dict  # type: ignore
+        os.fsync = fsync
     t = out.run.meta()["timing"]
     return {k: float(v) for k, v in t.items() if isinstance(v, (int, float))}
 
@@ -145,7 +157,12 @@ def main() -> int:
              "function (< its caller); ms per life is samples x interval / lives, an "
              "estimate.\n\n| where | samples | ms per life |\n|---|---:|---:|\n"
              + "\n".join(rows))
-    text = head + "\n\n" + split + "\n"
+    f = sorted(sampler.fsyncs)
+    syncs = (f"fsync: {len(f)} in the campaign ({len(f) / lives:.1f} per life), "
+             f"{sum(f) * 1e3:.0f} ms in all ({sum(f) / t['overhead_s'] * 100:.0f}% of the "
+             f"overhead), p50 {statistics.median(f) * 1e3:.2f} ms, max {f[-1] * 1e3:.2f} ms "
+             "each." if f else "fsync: none timed.")
+    text = head + "\n\n" + syncs + "\n\n" + split + "\n"
     return emit(text, args.out)
 
 
