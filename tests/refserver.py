@@ -607,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
             left = args.startup - (time.monotonic() - Handler.state.started)
             time.sleep(max(left, 0.0))
             print(f"refserver: ready at {Handler.state.started + args.startup:.6f} "
-                  "(monotonic)", flush=True)
+                  f"(monotonic), said at {time.monotonic():.6f}", flush=True)
         threading.Thread(target=say_ready, daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):
         srv.serve_forever(poll_interval=0.05)

@@ -410,18 +410,19 @@ class Campaign:
         """Everything done with one ready server."""
         assert self.run is not None
         client = Client(server.base_url, arm)
+        info = self.run.info()  # run.json read once per life
         ctx = SlotContext(self.cfg, arm, slot, server, client, self.run.path,
-                          self.run.info().order_seed, self.record, self.run.records,
-                          self.stop_event)
+                          info.order_seed, self.record, self.run.records, self.stop_event)
         try:
-            info = self.run.info()
+            props = None
             if arm.name not in info.servers:  # what the server says about itself, once
                 with self.timing.count("requests_s"):
                     props = server_props(client, arm)
-                if props is not None:
-                    self.run.set_server(arm.name, props)
+            templates = None
             if arm.name not in info.request_templates:  # what each request sends
-                self.run.set_request_templates(arm.name, request_templates(self.cfg, client))
+                templates = request_templates(self.cfg, client)
+            if props is not None or templates is not None:  # one write of run.json
+                self.run.describe_arm(arm.name, props=props, templates=templates)
             for task in self.tasks:
                 if task.cold:
                     self._task(task, ctx)

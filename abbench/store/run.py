@@ -387,13 +387,17 @@ class Run:
         if both != seen.get(arm):
             self.update_meta(exposed={**seen, arm: both})
 
-    def set_server(self, arm: str, props: dict[str, Any]) -> None:
-        """What an arm's server said about itself (llama.cpp /props), once per arm."""
-        self.update_meta(servers={**self.info().servers, arm: props})
-
-    def set_request_templates(self, arm: str, templates: dict[str, Any]) -> None:
-        """What each request of an arm sends, by workload, once per arm."""
-        self.update_meta(request_templates={**self.info().request_templates, arm: templates})
+    def describe_arm(self, arm: str, *, props: dict[str, Any] | None = None,
+                     templates: dict[str, Any] | None = None) -> None:
+        """What an arm's server said about itself (llama.cpp /props) and what each of its
+        requests sends, by workload: once per arm, in one read and one write of
+        run.json (each write is an fsync)."""
+        meta, info = self._read_meta()
+        if props is not None:
+            meta["servers"] = {**info.servers, arm: props}
+        if templates is not None:
+            meta["request_templates"] = {**info.request_templates, arm: templates}
+        self.write_meta(meta)
 
     def records(self, problems: list[str] | None = None) -> list[Record]:
         """Every record stored so far (as :func:`iter_records` reads them). The runner

@@ -21,7 +21,8 @@ TOKENS_PER_WORD = 1.077
 CTX_BAND = (8 * 1024, 32 * 1024)
 
 
-@pytest.mark.parametrize(("name", "max_tokens"), [("code", 64), ("ctx", 24), ("think", 128)])
+@pytest.mark.parametrize(("name", "max_tokens"),
+                         [("code", 64), ("code-edit", 64), ("ctx", 24), ("think", 128)])
 def test_each_set_loads(name: str, max_tokens: int) -> None:
     f = load_item_file(PROMPTS / f"{name}.yaml", PromptItem, key="prompts")
     assert f.name == name and f.max_tokens == max_tokens
