@@ -85,7 +85,8 @@ def test_md_escape_pipes_newlines_html() -> None:
 
 
 def test_fault_notes_escape_server_text() -> None:
-    meta_ = {"arms": [{"name": "a"}, {"name": "b"}], "schedule": [[0, 0, "a"], [0, 1, "b"]]}
+    meta_ = {"id": "t", "arms": [{"name": "a"}, {"name": "b"}],
+             "schedule": [[0, 0, "a"], [0, 1, "b"]]}
     recs = [{"type": "slot", "slot": 0, "arm": "a", "round": 0, "status": "ok"},
             {"type": "slot", "slot": 1, "arm": "b", "round": 0, "status": "failed",
              "reason": "HTTP 500: <b>bad|gateway</b>\nmore"},
