@@ -47,7 +47,8 @@ def _main(version: Annotated[bool, typer.Option(
 
 
 def command(fn: Callable[..., Output]) -> Callable[..., None]:
-    """The error boundary of every command: print the :class:`Output`, or turn an
+    """The error boundary of every command: print the :class:`Output` (its stderr lines,
+    then its stdout, so that a table is the last thing on the terminal), or turn an
     :class:`AbbenchError` into ``Error: ...`` on stderr and its exit code."""
 
     @functools.wraps(fn)
@@ -57,10 +58,11 @@ def command(fn: Callable[..., Output]) -> Callable[..., None]:
         except AbbenchError as e:
             typer.echo(f"Error: {e}", err=True)
             raise typer.Exit(e.exit_code) from None
+        for line in out.stderr:  # notes and paths first: the result (a table) ends the output
+            typer.echo(line, err=True)
+        sys.stderr.flush()
         if out.stdout:
             typer.echo(out.stdout, nl=False)
-        for line in out.stderr:
-            typer.echo(line, err=True)
         raise typer.Exit(out.code)
 
     return wrapper

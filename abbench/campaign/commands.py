@@ -51,7 +51,7 @@ from abbench.report.calibrate import (
     render_noise_sources,
 )
 from abbench.report.compare import Format, compare_table, parse_run_arm, render, run_table
-from abbench.report.markdown import note_text
+from abbench.report.markdown import Report, note_text
 from abbench.report.plan import describe_plan
 from abbench.report.quality_text import diff_text
 from abbench.report.table import table_of
@@ -80,16 +80,27 @@ class Output:
                                "problem(s)")
 
 
+def _stored(verb: str, path: Path, report: Report) -> list[str]:
+    """Where the run is, and what its report.md holds beyond the table printed last
+    (then a blank line before the table)."""
+    warned = f"; {report.warnings} warning(s) among them" if report.warnings else ""
+    return [f"{verb} {path}",
+            f"Under the table, {path / 'report.md'} holds the legend, notes and statistics "
+            f"per row{warned} (abbench report {path} prints it all)", ""]
+
+
 def _ran(outcome: RunOutcome, *extra: str) -> Output:
-    """A finished run: its report; exit 1, naming the command that runs the failed
-    rounds again, when some server lives failed."""
-    out = Output(outcome.report_md, [*extra, f"Stored in {outcome.run.path}"])
+    """A finished run: the table (its report's head; the details stay in report.md);
+    exit 1, naming the command that runs the failed rounds again, when some server lives
+    failed."""
+    run = outcome.run
+    out = Output(outcome.report.head, list(extra))
     if outcome.failed_slots:
-        run = outcome.run
         out.code = 1
         out.stderr.append(f"{outcome.failed_slots} server life(s) failed (the report says why); "
                           f"to run their rounds again: abbench run --resume {run.id} "
                           f"--results {run.path.parent}")
+    out.stderr += _stored("Stored in", run.path, outcome.report)
     return out
 
 
@@ -97,8 +108,9 @@ def _campaign(outcome: CampaignOutcome) -> Output:
     g = outcome.gathered
     hosts = len({r.host for r in g.run.records() if r.host})
     lines = [*outcome.log, *(f"warning: {p}" for p in g.problems[:MOST_PROBLEMS]),
-             f"Gathered {hosts} shard run(s) of {len(g.progress)} shard(s) into {g.run.path}"]
-    return Output(g.report_md, lines, 0 if g.complete else 1)
+             *_stored(f"Gathered {hosts} shard run(s) of {len(g.progress)} shard(s) into",
+                      g.run.path, g.report)]
+    return Output(g.report.head, lines, 0 if g.complete else 1)
 
 
 def run(arms_file: Path | None, *, rounds: int | None, seed: int | None,
@@ -151,7 +163,8 @@ def gather(folder: Path, *, allow_mixed_hosts: bool) -> Output:
     """``abbench gather``: a campaign's shards merged into one run, and its report."""
     g = gather_campaign(folder, allow_mixed_hosts=allow_mixed_hosts or None)
     lines = [f"shard {i}: {d} of {p} rounds" for i, (d, p) in g.progress.items() if d < p]
-    out = Output(g.report_md, [*lines, f"Gathered into {g.run.path}"], 0 if g.complete else 1)
+    out = Output(g.report.head, [*lines, *_stored("Gathered into", g.run.path, g.report)],
+                 0 if g.complete else 1)
     out.warn(g.problems)
     return out
 

@@ -5,6 +5,7 @@ notes, quality section and per-row statistics. The one place the header and note
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from abbench.model.rows import SERVER_ROW, RowKey
@@ -34,7 +35,40 @@ def render_cell(row: Row, arm: str) -> str:
     return text
 
 
+@dataclass(frozen=True)
+class Report:
+    """The markdown report in its two parts: ``head``, what ``abbench run`` prints last
+    on the terminal and a pull request gets (header, setup, differences, the table, the
+    summary line), and ``details``, kept in report.md under it (legend, notes, quality,
+    statistics per row); ``warnings``: how many of the details warn (:func:`_warnings`)."""
+
+    head: str
+    details: str
+    warnings: int
+
+    @property
+    def text(self) -> str:
+        return self.head + self.details
+
+
+#: notes that say a part of the plan was not measured or left out (invalid samples
+#: count once, as the line that sums them up)
+_LEFT_OUT = {"round_left_out", "not_run_yet"}
+
+
+def _warnings(table: Table) -> int:
+    """How many things under the table warn: failed server lives, invalid samples, rounds
+    left out, and every note whose words begin with a warning."""
+    notes = [n for n in (*table.footer, *table.notes) if n.kind in _LEFT_OUT or any(
+        ln.lstrip("*").startswith("Warning") for ln in note_lines(n))]
+    return len(table.failed_slots) + bool(table.invalid) + len(notes)
+
+
 def render_markdown(table: Table) -> str:
+    return render_report(table).text
+
+
+def render_report(table: Table) -> Report:
     lines = [header_text(table), ""]
     if table.setup is not None:
         lines += [*setup_lines(table.setup), ""]
@@ -48,6 +82,7 @@ def render_markdown(table: Table) -> str:
     summary = summary_lines(table)
     if summary:
         lines += [*summary, ""]
+    head, lines = lines, []
     extra = also_changed(table)
     if extra:
         lines += [extra, ""]
@@ -70,7 +105,10 @@ def render_markdown(table: Table) -> str:
                   "</details>", ""]  # CommonMark: raw HTML runs on to the next blank line
     for n in table.notes:
         lines.extend(note_lines(n))
-    return "\n".join(lines).rstrip() + "\n"
+    rest = "\n".join(lines).rstrip()
+    return Report(head="\n".join(head).rstrip() + "\n",
+                  details="\n" + rest + "\n" if rest else "",
+                  warnings=_warnings(table))
 
 
 def setup_lines(s: RunSetup) -> list[str]:

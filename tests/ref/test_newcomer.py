@@ -131,8 +131,14 @@ def test_quick_start_as_written(venv: Path, home: Path) -> None:
     decode = [ln for ln in rows if ln.startswith("| decode ")]
     assert len(decode) == 2 and all(ln.endswith("▲ |") for ln in decode), rows
     assert re.search(r"\*\*Summary\*\* \(▲ better, ▼ worse\): pr: decode \+\d", out)
+    # the table and its summary line are printed last; report.md holds them, then the
+    # details (legend, notes, statistics per row)
     (report,) = (home / "results").glob("*/report.md")
-    assert report.read_text() == out[out.index("abbench run `"):]
+    assert out.startswith("abbench run `") and out.rstrip().splitlines()[-1].startswith(
+        "**Summary** ")
+    assert report.read_text().startswith(out + "\n") and "<details>" not in out
+    assert f"Under the table, results/{report.parent.name}/report.md holds the legend" \
+        in run.stderr
     # the vLLM and SGLang files pass validate where those servers are not installed
     for name, text in (("vllm", vllm), ("sglang", sglang)):
         (home / f"{name}.yaml").write_text(text)
