@@ -253,8 +253,10 @@ def compare(run_a: str, run_b: str, results: Path, *, fmt: Format) -> Output:
     table = compare_table(parse_run_arm(run_a, results), parse_run_arm(run_b, results),
                           problems=problems)
     out = Output(render(table, fmt))
-    notes = [note_text(n) for n in table.notes] if fmt != "md" else []  # md carries them
-    out.warn(problems + notes)
+    # md carries its notes; for the other formats, what differs between the runs first
+    notes = [note_text(n).strip().replace("**", "").removeprefix("Warning: ")
+             for n in (*table.header[1:], *table.notes)] if fmt != "md" else []
+    out.warn(notes + problems)
     return out
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from abbench.config.values import format_context
 from abbench.model.rows import SERVER_ROW, RowKey
 from abbench.report import quality_text
 from abbench.report.setup import RunSetup
@@ -165,25 +166,36 @@ def summary_lines(table: Table) -> list[str]:
     return [f"**Summary** (▲ better, ▼ worse): {md_escape('; '.join(parts))}."] if parts else []
 
 
-def _workloads(ws: list[dict[str, Any]]) -> str:
-    """``decode: contexts 32768, 65536 + 128 decode tokens; load: load ...``"""
-    parts = [f"{w['name']}: load {w['load']}" if "load" in w else
-             f"{w['name']}: contexts {', '.join(str(c) for c in w['contexts'])} + "
-             f"{w['decode_tokens']} decode tokens" for w in ws]
-    return "; ".join(parts) or "none"
+def _tokens(v: list[int]) -> str:
+    return ", ".join(format_context(n) for n in v) or "none"
+
+
+#: how each aspect of two runs' workloads reads (report/compare.py ``_aspects``)
+_ASPECTS: dict[str, Callable[[Any], str]] = {
+    "contexts": _tokens,
+    "decode_tokens": lambda v: ", ".join(str(n) for n in v) or "none",
+    "side_calls": lambda v: f"{v} workload{'s' if v != 1 else ''}" if v else "none",
+    "workloads": lambda v: ", ".join(f"`{md_escape(n)}`" for n in v) or "none",
+}
 
 
 def _compare_unlike(n: Note, f: dict[str, Any]) -> list[str]:
+    """Each difference, one clause: ``contexts 32K, 64K against 255K (`a` against `b`)``."""
     unlike = []
-    if f["workloads_a"] is not None:
-        unlike.append(f"workloads {_workloads(f['workloads_a'])} (`{f['run_a']}`) against "
-                      f"{_workloads(f['workloads_b'])} (`{f['run_b']}`)")
+    for d in f["differences"]:
+        what = d["what"].replace("_", " ")
+        if d["what"] == "settings":
+            unlike.append("workload settings (loads, prompts, limits; config.yaml of each "
+                          "run has them)")
+        else:
+            unlike.append(f"{what} {_ASPECTS[d['what']](d['a'])} against "
+                          f"{_ASPECTS[d['what']](d['b'])}")
     if f["flags"]:
         unlike.append("start command of the second side: "
                       + ", ".join(f"`{x}`" for x in f["flags"]))
-    return ["", "**Warning: the two sides did not measure the same thing**: "
-            + "; ".join(unlike) + ". Rows measured by one side only read \"no data\"; a "
-            "changed row may be the difference in setup."]
+    return ["", f"**Warning: the two sides did not measure the same thing** (`{f['run_a']}` "
+            f"against `{f['run_b']}`): " + "; ".join(unlike) + ". Rows measured by one side "
+            "only read \"no data\"; a changed row may be the difference in setup."]
 
 
 def header_text(table: Table) -> str:

@@ -92,3 +92,24 @@ def test_help_names_values_not_python_types() -> None:
     top = " ".join(runner.invoke(app, ["-h"], terminal_width=100).output.split())
     assert "change points judged with each run's rounds; --check gates CI; --html writes " \
         "a site." in top
+
+
+def test_compare_of_unlike_runs_says_what_differs_before_the_table() -> None:
+    """A 32K-128K campaign against a 255K one with side calls and other flags: the
+    warning comes first and names each difference, in markdown and, on stderr before the
+    numbers, for the other formats."""
+    examples = ROOT / "docs" / "examples"
+    differ = ("the two sides did not measure the same thing (`h200-seed-run` against "
+              "`h200-seed-255k-run`): contexts 32K, 64K, 128K against 255K; decode tokens 128 "
+              "against 256; side calls none against 1 workload; start command of the second "
+              "side: `--override-kv llama.context_length=int:524288 (was "
+              "llama.context_length=int:262144)`, `-c 524288 (was 262144)`, `-np 2 (was 1)`. ")
+    p = cli("compare", "h200-seed-run", "h200-seed-255k-run", "--results", examples)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("abbench compare: run `h200-seed-run` arm prod (baseline)")
+    assert lines[2].replace("**", "").startswith(f"Warning: {differ}")
+    assert lines[4].startswith("| | prod (KV f16) (h200-seed-run) |")
+    c = cli("compare", "h200-seed-run", "h200-seed-255k-run", "--results", examples,
+            "--format", "csv")
+    assert c.returncode == 0 and c.stderr.splitlines()[0].startswith(f"warning: {differ}")
