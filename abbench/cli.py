@@ -289,8 +289,10 @@ def history(
     results: ReadResultsOpt = Path("results"),
     metric: Annotated[list[str] | None, typer.Option(help="metric name, repeatable "
                                                      "(default: every table metric)")] = None,
-    workload: Annotated[list[str] | None, typer.Option(help="row name such as 'decode 1K', "
-                                                       "repeatable (default: all)")] = None,
+    workload: Annotated[list[str] | None, typer.Option(help="a row as the table labels it "
+                                                       "('decode 1K', 'decode 1K TTFT') or "
+                                                       "its row id, repeatable (default: "
+                                                       "all)")] = None,
     label: Annotated[list[str] | None, typer.Option(help="arm label, repeatable "
                                                     "(default: all)")] = None,
     out: Annotated[Path | None, typer.Option(help="write the plot here (.png or .svg)")] =
@@ -377,7 +379,9 @@ def bisect(
     bad: Annotated[str, typer.Option("--bad", help="a ref where the row has moved")],
     row: Annotated[str, typer.Option("--row", help="the row: its id or its label as the "
                                      "table shows it, e.g. 'decode 32K' or 'decode 32K TTFT'")],
-    metric: Annotated[str, typer.Option("--metric", help="the metric")] = "decode_tok_s",
+    metric: Annotated[str | None, typer.Option("--metric", help="the metric (default: the "
+                                               "one --row's label names, else "
+                                               "decode_tok_s)")] = None,
     max_steps: Annotated[int | None, typer.Option("--max-steps", min=1, metavar="N",
                                                   help="stop after this many steps "
                                                   "(default: until one commit is left)")]

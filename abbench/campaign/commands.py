@@ -40,8 +40,15 @@ from abbench.errors import AbbenchError, ConfigError, StoreError
 from abbench.history.check import check_history, format_check
 from abbench.history.export import write_otava
 from abbench.history.plot import plot_history
-from abbench.history.series import build_series, format_runs, format_series, parse_when
+from abbench.history.series import (
+    build_series,
+    default_metrics,
+    format_runs,
+    format_series,
+    parse_when,
+)
 from abbench.history.site import write_site
+from abbench.model.rows import RowKey
 from abbench.report.builds import render_builds
 from abbench.report.calibrate import (
     band_yaml,
@@ -54,6 +61,7 @@ from abbench.report.compare import Format, compare_table, parse_run_arm, render,
 from abbench.report.markdown import Report, note_text
 from abbench.report.plan import describe_plan
 from abbench.report.quality_text import diff_text
+from abbench.report.selection import name_rows
 from abbench.report.table import table_of
 from abbench.server.buildcache import gc, list_builds
 from abbench.server.gitarms import build_arms, describe_pins, pin
@@ -268,9 +276,12 @@ def history(results: Path, *, metrics: list[str] | None, workloads: list[str] | 
     limit = threshold / 100
     _results_folder(results)
     with open_index(results) as ix:
-        series = build_series(ix, metrics, workloads, labels)
+        stored = [RowKey(w, m) for m, w in ix.series_keys()]
         if metrics:
-            _known_metrics(metrics, {metric for metric, _ in ix.series_keys()})
+            _known_metrics(metrics, {k.metric for k in stored})
+        rows = name_rows(workloads, stored, where="--workload", listed=metrics or
+                         default_metrics(ix)) if workloads and stored else None
+        series = build_series(ix, metrics, None if rows else workloads, labels, rows=rows)
         problems = ix.run_errors() + ix.problems()
         runs = ix.runs()
     out = Output()
@@ -362,7 +373,7 @@ def builds_gc(*, keep_days: float | None, max_gib: float | None, dry_run: bool) 
     return Output("\n".join([*lines, f"{verb} {len(removed)} build(s)"]) + "\n")
 
 
-def bisect(arms_file: Path, *, good: str, bad: str, row: str, metric: str,
+def bisect(arms_file: Path, *, good: str, bad: str, row: str, metric: str | None,
            max_steps: int | None, results: Path | None, live: bool | None,
            until_ci: str | None) -> Output:
     """``abbench bisect``: the commit between --good and --bad that moved a row."""

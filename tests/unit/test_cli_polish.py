@@ -113,3 +113,20 @@ def test_compare_of_unlike_runs_says_what_differs_before_the_table() -> None:
     c = cli("compare", "h200-seed-run", "h200-seed-255k-run", "--results", examples,
             "--format", "csv")
     assert c.returncode == 0 and c.stderr.splitlines()[0].startswith(f"warning: {differ}")
+
+
+def test_history_workload_takes_a_row_as_the_table_labels_it(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "docs" / "examples" / "h200-seed-run", tmp_path / "r" / "run")
+    p = cli("history", "--results", tmp_path / "r", "--workload", "Decode 32K TTFT")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 3 and all(": decode 32K TTFT (ms) [" in ln for ln in lines), lines
+    p = cli("history", "--results", tmp_path / "r", "--workload", "decode 32K (tok/s)")
+    assert p.returncode == 0 and all(": decode 32K (tok/s) [" in ln
+                                     for ln in p.stdout.splitlines()), p.stdout
+    p = cli("history", "--results", tmp_path / "r", "--workload", "decoder 1K")
+    assert p.returncode == 2
+    error, hint = p.stderr.splitlines()[:2]
+    assert error == "Error: --workload: no row 'decoder 1K'"
+    assert hint.startswith("hint: name one as the table labels it") and \
+        "'decode 32K (tok/s)'" in hint and "'peak VRAM (MiB)'" in hint
