@@ -5,7 +5,6 @@ show a character, Ctrl-C outside a run)."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import os
@@ -16,11 +15,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import typer.core
 
 from abbench.campaign import commands
 from abbench.campaign.commands import Output
-from abbench.config.secrets import environment_secrets, redact, remember
-from abbench.errors import AbbenchError, printable
+from abbench.config.secrets import environment_secrets, remember
+from abbench.errors import AbbenchError
+from abbench.terminal import EXIT_PIPE, guard_streams
 from abbench.version import __version__
 
 #: -h as well as --help, and help as wide as the terminal allows
@@ -47,7 +48,8 @@ def _main(version: Annotated[bool, typer.Option(
 
 
 def command(fn: Callable[..., Output]) -> Callable[..., None]:
-    """The error boundary of every command: print the :class:`Output`, or turn an
+    """The error boundary of every command: print the :class:`Output` (its stderr lines,
+    then its stdout, so that a table is the last thing on the terminal), or turn an
     :class:`AbbenchError` into ``Error: ...`` on stderr and its exit code."""
 
     @functools.wraps(fn)
@@ -57,10 +59,11 @@ def command(fn: Callable[..., Output]) -> Callable[..., None]:
         except AbbenchError as e:
             typer.echo(f"Error: {e}", err=True)
             raise typer.Exit(e.exit_code) from None
+        for line in out.stderr:  # notes and paths first: the result (a table) ends the output
+            typer.echo(line, err=True)
+        sys.stderr.flush()
         if out.stdout:
             typer.echo(out.stdout, nl=False)
-        for line in out.stderr:
-            typer.echo(line, err=True)
         raise typer.Exit(out.code)
 
     return wrapper
@@ -146,7 +149,8 @@ def shard_run(
 @app.command()
 @command
 def gather(
-    campaign_dir: Annotated[Path, typer.Argument(metavar="CAMPAIGN_DIR")],
+    campaign_dir: Annotated[Path, typer.Argument(metavar="CAMPAIGN_DIR", help="the folder "
+                                                 "abbench run --shards made")],
     allow_mixed_hosts: Annotated[bool, typer.Option(
         "--allow-mixed-hosts", help="pool hosts whose GPUs, driver or CUDA differ")] = False,
 ) -> Output:
@@ -160,7 +164,7 @@ def gather(
 @app.command()
 @command
 def validate(
-    arms_files: Annotated[list[Path], typer.Argument(metavar="ARMS_FILE...",
+    arms_files: Annotated[list[Path], typer.Argument(metavar="ARMS_FILE",
                                                      help="one or more arms files")],
     rounds: Annotated[int | None, typer.Option("--rounds", min=1, metavar="N",
                                                help="plan this many rounds (override "
@@ -266,9 +270,10 @@ def report(
 def compare(
     run_a: Annotated[str, typer.Argument(metavar="RUN_A[:ARM]", help="the baseline side; "
                                          "ARM defaults to the run's baseline arm")],
-    run_b: Annotated[str, typer.Argument(metavar="RUN_B[:ARM]")],
+    run_b: Annotated[str, typer.Argument(metavar="RUN_B[:ARM]", help="the other side")],
     results: ReadResultsOpt = Path("results"),
-    fmt: Annotated[TableFormat, typer.Option("--format", help="md, json or csv")] =
+    fmt: Annotated[TableFormat, typer.Option("--format", help="md, json, csv, bencher or "
+                                             "github (as abbench report)")] =
     TableFormat.md,
 ) -> Output:
     """Compare an arm of one run with an arm of another (rounds paired by index).
@@ -284,8 +289,10 @@ def history(
     results: ReadResultsOpt = Path("results"),
     metric: Annotated[list[str] | None, typer.Option(help="metric name, repeatable "
                                                      "(default: every table metric)")] = None,
-    workload: Annotated[list[str] | None, typer.Option(help="row name such as 'decode 1K', "
-                                                       "repeatable (default: all)")] = None,
+    workload: Annotated[list[str] | None, typer.Option(help="a row as the table labels it "
+                                                       "('decode 1K', 'decode 1K TTFT') or "
+                                                       "its row id, repeatable (default: "
+                                                       "all)")] = None,
     label: Annotated[list[str] | None, typer.Option(help="arm label, repeatable "
                                                     "(default: all)")] = None,
     out: Annotated[Path | None, typer.Option(help="write the plot here (.png or .svg)")] =
@@ -372,7 +379,9 @@ def bisect(
     bad: Annotated[str, typer.Option("--bad", help="a ref where the row has moved")],
     row: Annotated[str, typer.Option("--row", help="the row: its id or its label as the "
                                      "table shows it, e.g. 'decode 32K' or 'decode 32K TTFT'")],
-    metric: Annotated[str, typer.Option("--metric", help="the metric")] = "decode_tok_s",
+    metric: Annotated[str | None, typer.Option("--metric", help="the metric (default: the "
+                                               "one --row's label names, else "
+                                               "decode_tok_s)")] = None,
     max_steps: Annotated[int | None, typer.Option("--max-steps", min=1, metavar="N",
                                                   help="stop after this many steps "
                                                   "(default: until one commit is left)")]
@@ -477,7 +486,7 @@ def trace_make(
 @trace_app.command("stats")
 @command
 def trace_stats(
-    path: Annotated[Path, typer.Argument(help="the trace (JSONL)")],
+    path: Annotated[Path, typer.Argument(metavar="TRACE", help="the trace (JSONL)")],
     kind: Annotated[TraceKind, typer.Option("--kind", help="its format")] = TraceKind.mooncake,
     block_tokens: Annotated[int, typer.Option("--block-tokens", min=1, help="tokens per "
                                               "hash_id block (Mooncake: 512)")] = 512,
@@ -489,87 +498,66 @@ def trace_stats(
     return commands.trace_stats_of(kind=kind.value, path=path, block_tokens=block_tokens)
 
 
-#: exit code when the reader of stdout went away (128 + SIGPIPE, as shell tools)
-EXIT_PIPE = 141
+#: what an option's value is, in its help: by parameter name, then by the type typer
+#: would show (``<int range>``)
+METAVARS = {"results": "DIR", "html": "DIR", "otava": "DIR", "out": "FILE",
+            "write_band": "FILE", "until_ci": "PCT", "effect": "PCT", "threshold": "PCT",
+            "arm": "ARM", "baseline": "ARM", "metric": "METRIC", "workload": "ROW",
+            "row": "ROW", "label": "LABEL", "since": "DATE", "until": "DATE", "good": "REF",
+            "bad": "REF", "set_name": "SET", "prompt": "ID", "time_limit": "HH:MM:SS",
+            "partition": "NAME", "gres": "GRES", "keep_days": "DAYS", "max_gib": "GIB",
+            "<int>": "N", "<int range>": "N", "<float>": "X", "<float range>": "X",
+            "<str>": "TEXT", "<list[str]>": "TEXT", "<path>": "PATH"}
 
 
-class _Guarded:
-    """A text stream that drops what it can no longer write: a reader that closed the
-    pipe (EPIPE) or a terminal that went away (EIO, after SIGHUP) ends the output, not
-    the command; the run goes on to its end (or its interrupt) and keeps its files."""
+class _Command(typer.core.TyperCommand):
+    """Help that names each value (ARMS_FILE..., DIR, N), never by the python type typer
+    shows by default (``<list[Path]>``, ``<int range>``, ``<str>``); choices stay
+    (``<md|json|csv>``)."""
 
-    def __init__(self, stream: Any, *, plain: bool = False):
-        self._stream = stream
-        self.lost: int | None = None  # the errno that ended the output
-        #: stdout: abbench writes no escape sequence there, so none passes
-        self._plain = plain
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for p in self.params:  # the usage line names them too
+            if p.param_type_name == "argument" and p.metavar is None:
+                p.metavar = (p.name or "value").upper()
 
-    def write(self, text: str) -> int:
-        if self.lost is None:
-            try:
-                shown = redact(text)  # no known secret reaches a terminal
-                self._stream.write(printable(shown) if self._plain else shown)
-                return len(text)
-            except OSError as e:
-                self._lose(e)
-        return len(text)
-
-    def flush(self) -> None:
-        if self.lost is None:
-            try:
-                self._stream.flush()
-            except OSError as e:
-                self._lose(e)
-
-    def _lose(self, e: OSError) -> None:
-        self.lost = e.errno or errno.EIO
-        try:  # what the stream still buffers goes nowhere at exit, without a complaint
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stream.fileno())
-            os.close(devnull)
-        except (OSError, ValueError, AttributeError):
-            pass
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        rows: dict[str, list[tuple[str, str]]] = {"argument": [], "option": []}
+        for p in self.get_params(ctx):
+            shown = p.display_type(ctx) if isinstance(p, typer.core.TyperOption) else ""
+            if shown and "|" not in shown and not getattr(p, "is_flag", False) \
+                    and p.metavar is None:
+                p.metavar = METAVARS.get(p.name or "") or METAVARS.get(shown, "VALUE")
+            record = p.get_help_record(ctx)
+            if record is not None and p.param_type_name == "argument":  # typer adds <type>
+                record = (f"{p.metavar}{'...' if p.nargs != 1 else ''}", record[1])
+            if record is not None:
+                rows[p.param_type_name].append(record)
+        for title, kind in (("Arguments", "argument"), ("Options", "option")):
+            if rows[kind]:
+                with formatter.section(title):
+                    formatter.write_dl(rows[kind])
 
 
-def _guard_streams() -> tuple[_Guarded, _Guarded]:
-    """stdout and stderr that replace what their encoding cannot show (a Latin-1
-    terminal) and survive a closed pipe or terminal."""
-    guarded = []
-    for name in ("stdout", "stderr"):
-        stream = getattr(sys, name)
-        if isinstance(stream, _Guarded):
-            guarded.append(stream)
-            continue
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            with contextlib.suppress(ValueError, OSError):
-                reconfigure(errors="replace")
-        g = _Guarded(stream, plain=name == "stdout")
-        setattr(sys, name, g)
-        guarded.append(g)
-    return guarded[0], guarded[1]
-
-
-def _short_help(group: typer.Typer) -> None:
-    """Each command's first docstring line as its line in the command list, whole
-    (click would cut it at about 45 characters)."""
+def _polish(group: typer.Typer) -> None:
+    """Each command's help as :class:`_Command` writes it, and its docstring's first
+    paragraph as its line in the command list, whole (click would cut it at about 45
+    characters)."""
     for info in group.registered_commands:
+        info.cls = _Command
         if info.short_help is None and info.callback is not None and info.callback.__doc__:
-            info.short_help = info.callback.__doc__.strip().splitlines()[0]
+            info.short_help = " ".join(info.callback.__doc__.strip().split("\n\n")[0].split())
     for sub in group.registered_groups:
         if sub.typer_instance is not None:
-            _short_help(sub.typer_instance)
+            _polish(sub.typer_instance)
 
 
-_short_help(app)
+_polish(app)
 
 
 def main() -> None:
     remember(environment_secrets(os.environ))
-    out, _err = _guard_streams()
+    out, _err = guard_streams()
     try:
         app(standalone_mode=True)
     except KeyboardInterrupt:  # outside a run (which handles it itself)

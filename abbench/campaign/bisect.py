@@ -25,8 +25,10 @@ from abbench.config.loader import load_config
 from abbench.config.overrides import with_stats
 from abbench.config.schema import ArmConfig, Config
 from abbench.errors import ConfigError
+from abbench.model.metrics import METRICS
+from abbench.model.rows import SERVER_ROW, RowKey
 from abbench.report.compare import run_table
-from abbench.report.selection import find_rows
+from abbench.report.selection import find_rows, name_row
 from abbench.server.gitarms import build_arms, commit_range, pin
 from abbench.store.run import Run
 
@@ -70,7 +72,18 @@ def _verdict(run: Run, row: str, metric: str, baseline: str, arm: str) -> str:
                       hint=f"rows: {', '.join(rows)}")
 
 
-def bisect(arms_file: Path, *, good: str, bad: str, row: str, metric: str,
+def _row(cfg: Config, text: str, metric: str | None) -> RowKey:
+    """The row (and metric) ``--row`` names among the rows the arms file makes, before
+    anything is built: a row id (``decode 32K``) or a label as the table shows it
+    (``decode 32K TTFT``, whose metric is ttft_ms unless --metric says)."""
+    rows = [k for w in cfg.workloads for k in w.row_keys()]
+    keys = [r.of(m) for r in [*rows, RowKey(SERVER_ROW)]
+            for m in ([metric] if metric else list(METRICS))]
+    return name_row(text, keys, metric, where="--row", shown=[
+        r.of(metric or "decode_tok_s") for r in rows])
+
+
+def bisect(arms_file: Path, *, good: str, bad: str, row: str, metric: str | None,
            max_steps: int | None, results: Path | None, progress: Progress,
            until_ci: str | None = None) -> BisectOutcome:
     cfg = load_config(arms_file)
@@ -83,6 +96,8 @@ def bisect(arms_file: Path, *, good: str, bad: str, row: str, metric: str,
                      max_rounds=None if cfg.stats.max_rounds else DEFAULT_MAX_ROUNDS)
     results = results or Path(cfg.results)
     assert template.git is not None
+    key = _row(cfg, row, metric)
+    row, metric = key.workload, key.metric
     commits = commit_range(cfg, template.git.source, good, bad)
     ident = hashlib.sha256(json.dumps([str(Path(arms_file).resolve()), commits[0], commits[-1],
                                        row, metric]).encode()).hexdigest()[:12]

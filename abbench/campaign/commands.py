@@ -40,11 +40,18 @@ from abbench.errors import AbbenchError, ConfigError, StoreError
 from abbench.history.check import check_history, format_check
 from abbench.history.otava import write_otava
 from abbench.history.plot import plot_history
-from abbench.history.series import build_series, format_runs, format_series, parse_when
+from abbench.history.series import (
+    build_series,
+    default_metrics,
+    format_runs,
+    format_series,
+    parse_when,
+)
 from abbench.history.site import write_site
+from abbench.model.rows import RowKey
 from abbench.report.builds import render_builds
 from abbench.report.compare import Format, compare_table, parse_run_arm, render, run_table
-from abbench.report.markdown import note_text
+from abbench.report.markdown import Report, note_text
 from abbench.report.noise_floor import (
     band_yaml,
     noise_floor,
@@ -54,6 +61,7 @@ from abbench.report.noise_floor import (
 )
 from abbench.report.plan import describe_plan
 from abbench.report.quality_text import diff_text
+from abbench.report.selection import name_rows
 from abbench.report.table import table_of
 from abbench.server.buildcache import gc, list_builds
 from abbench.server.gitarms import build_arms, describe_pins, pin
@@ -80,16 +88,27 @@ class Output:
                                "problem(s)")
 
 
+def _stored(verb: str, path: Path, report: Report) -> list[str]:
+    """Where the run is, and what its report.md holds beyond the table printed last
+    (then a blank line before the table)."""
+    warned = f"; {report.warnings} warning(s) among them" if report.warnings else ""
+    return [f"{verb} {path}",
+            f"Under the table, {path / 'report.md'} holds the legend, notes and statistics "
+            f"per row{warned} (abbench report {path} prints it all)", ""]
+
+
 def _ran(outcome: RunOutcome, *extra: str) -> Output:
-    """A finished run: its report; exit 1, naming the command that runs the failed
-    rounds again, when some server lives failed."""
-    out = Output(outcome.report_md, [*extra, f"Stored in {outcome.run.path}"])
+    """A finished run: the table (its report's head; the details stay in report.md);
+    exit 1, naming the command that runs the failed rounds again, when some server lives
+    failed."""
+    run = outcome.run
+    out = Output(outcome.report.head, list(extra))
     if outcome.failed_slots:
-        run = outcome.run
         out.code = 1
         out.stderr.append(f"{outcome.failed_slots} server life(s) failed (the report says why); "
                           f"to run their rounds again: abbench run --resume {run.id} "
                           f"--results {run.path.parent}")
+    out.stderr += _stored("Stored in", run.path, outcome.report)
     return out
 
 
@@ -97,8 +116,9 @@ def _campaign(outcome: CampaignOutcome) -> Output:
     g = outcome.gathered
     hosts = len({r.host for r in g.run.records() if r.host})
     lines = [*outcome.log, *(f"warning: {p}" for p in g.problems[:MOST_PROBLEMS]),
-             f"Gathered {hosts} shard run(s) of {len(g.progress)} shard(s) into {g.run.path}"]
-    return Output(g.report_md, lines, 0 if g.complete else 1)
+             *_stored(f"Gathered {hosts} shard run(s) of {len(g.progress)} shard(s) into",
+                      g.run.path, g.report)]
+    return Output(g.report.head, lines, 0 if g.complete else 1)
 
 
 def run(arms_file: Path | None, *, rounds: int | None, seed: int | None,
@@ -151,7 +171,8 @@ def gather(folder: Path, *, allow_mixed_hosts: bool) -> Output:
     """``abbench gather``: a campaign's shards merged into one run, and its report."""
     g = gather_campaign(folder, allow_mixed_hosts=allow_mixed_hosts or None)
     lines = [f"shard {i}: {d} of {p} rounds" for i, (d, p) in g.progress.items() if d < p]
-    out = Output(g.report_md, [*lines, f"Gathered into {g.run.path}"], 0 if g.complete else 1)
+    out = Output(g.report.head, [*lines, *_stored("Gathered into", g.run.path, g.report)],
+                 0 if g.complete else 1)
     out.warn(g.problems)
     return out
 
@@ -240,8 +261,10 @@ def compare(run_a: str, run_b: str, results: Path, *, fmt: Format) -> Output:
     table = compare_table(parse_run_arm(run_a, results), parse_run_arm(run_b, results),
                           problems=problems)
     out = Output(render(table, fmt))
-    notes = [note_text(n) for n in table.notes] if fmt != "md" else []  # md carries them
-    out.warn(problems + notes)
+    # md carries its notes; for the other formats, what differs between the runs first
+    notes = [note_text(n).strip().replace("**", "").removeprefix("Warning: ")
+             for n in (*table.header[1:], *table.notes)] if fmt != "md" else []
+    out.warn(notes + problems)
     return out
 
 
@@ -253,9 +276,12 @@ def history(results: Path, *, metrics: list[str] | None, workloads: list[str] | 
     limit = threshold / 100
     _results_folder(results)
     with open_index(results) as ix:
-        series = build_series(ix, metrics, workloads, labels)
+        stored = [RowKey(w, m) for m, w in ix.series_keys()]
         if metrics:
-            _known_metrics(metrics, {metric for metric, _ in ix.series_keys()})
+            _known_metrics(metrics, {k.metric for k in stored})
+        rows = name_rows(workloads, stored, where="--workload", listed=metrics or
+                         default_metrics(ix)) if workloads and stored else None
+        series = build_series(ix, metrics, None if rows else workloads, labels, rows=rows)
         problems = ix.run_errors() + ix.problems()
         runs = ix.runs()
     out = Output()
@@ -347,7 +373,7 @@ def builds_gc(*, keep_days: float | None, max_gib: float | None, dry_run: bool) 
     return Output("\n".join([*lines, f"{verb} {len(removed)} build(s)"]) + "\n")
 
 
-def bisect(arms_file: Path, *, good: str, bad: str, row: str, metric: str,
+def bisect(arms_file: Path, *, good: str, bad: str, row: str, metric: str | None,
            max_steps: int | None, results: Path | None, live: bool | None,
            until_ci: str | None) -> Output:
     """``abbench bisect``: the commit between --good and --bad that moved a row."""

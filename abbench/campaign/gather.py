@@ -38,7 +38,7 @@ from abbench.model.runmeta import Environment, HostFingerprint, HostMeta, RunMet
 from abbench.model.shardplan import ShardPlan, shard_schedule
 from abbench.report.compare import stored_config
 from abbench.report.formats import render_json
-from abbench.report.markdown import render_markdown
+from abbench.report.markdown import Report, render_report
 from abbench.report.table import Table, table_of
 from abbench.store.run import RUN_FILE, SAMPLES_FILE, SCHEMA_VERSION, Run, atomic_write, record_line
 
@@ -192,12 +192,16 @@ class Gathered:
 
     run: Run
     table: Table
-    report_md: str
+    report: Report
     #: shard index -> (rounds finished, rounds planned)
     progress: dict[int, tuple[int, int]]
     failed_slots: int
     mixed: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+
+    @property
+    def report_md(self) -> str:
+        return self.report.text
 
     @property
     def complete(self) -> bool:
@@ -363,8 +367,8 @@ def gather(folder: Path, *, allow_mixed_hosts: bool | None = None,
     atomic_write(folder / SAMPLES_FILE, "".join(record_line(r) for r in records))
     run.write_meta(meta)
     table = table_of(records, meta, config=stored_config(folder))
-    md = render_markdown(table)
-    run.write_text("report.md", md)
+    report = render_report(table)
+    run.write_text("report.md", report.text)
     run.write_text("report.json", render_json(table))
     failed = sum(1 for r in records if isinstance(r, SlotRecord) and r.failed)
-    return Gathered(run, table, md, progress, failed, mixed, problems)
+    return Gathered(run, table, report, progress, failed, mixed, problems)

@@ -62,7 +62,7 @@ from abbench.model.runmeta import PromptDigest, RunMeta
 from abbench.model.schedule import Slot
 from abbench.report.compare import stored_config
 from abbench.report.formats import render_json
-from abbench.report.markdown import note_text, render_markdown
+from abbench.report.markdown import Report, note_text, render_report
 from abbench.report.notes import exposure_note
 from abbench.report.pareto_plot import write_capacity
 from abbench.report.setup import life_line
@@ -124,9 +124,13 @@ class Timing:
 @dataclass
 class RunOutcome:
     run: Run
-    report_md: str
+    report: Report
     status: str
     failed_slots: int
+
+    @property
+    def report_md(self) -> str:
+        return self.report.text
 
 
 def config_digest(cfg: Config) -> str:
@@ -245,7 +249,7 @@ class Campaign:
         if status == "interrupted":
             raise Interrupted(f"{why}; every sample measured so far is kept in "
                               f"{run.samples_path}", hint=resume_hint)
-        return RunOutcome(run=run, report_md=report, status=status, failed_slots=self.failed)
+        return RunOutcome(run=run, report=report, status=status, failed_slots=self.failed)
 
     def _run_schedule(self, run: Run, schedule: list[Slot]) -> tuple[str, str]:
         """Every slot in order: ("complete", "") or ("interrupted", why)."""
@@ -304,7 +308,7 @@ class Campaign:
         assert self.run is not None
         yield from planned_and_more(self.cfg, self.run, schedule, seed, self.progress)
 
-    def _report(self, meta: RunMeta) -> str:
+    def _report(self, meta: RunMeta) -> Report:
         assert self.run is not None
         try:
             return self.write_report(meta)
@@ -314,7 +318,7 @@ class Campaign:
                                hint=f"abbench report {self.run.id} --results "
                                     f"{self.opts.results} renders it again") from None
 
-    def write_report(self, meta: RunMeta) -> str:
+    def write_report(self, meta: RunMeta) -> Report:
         assert self.run is not None
         records = self.run.records()
         table = table_of(records, meta, config=stored_config(self.run.path))
@@ -322,10 +326,10 @@ class Campaign:
             table.notes.append(Note("sweep_plot", {"path": "sweep.png"}))
         if write_capacity(records, meta, self.run.path / "capacity.png"):
             table.notes.append(Note("capacity_plot", {"path": "capacity.png"}))
-        md = render_markdown(table)
-        self.run.write_text("report.md", md)
+        report = render_report(table)
+        self.run.write_text("report.md", report.text)
         self.run.write_text("report.json", render_json(table))
-        return md
+        return report
 
     def record(self, rec: Record) -> None:
         assert self.run is not None

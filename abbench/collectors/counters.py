@@ -39,6 +39,7 @@ from abbench.config.collectors import (
     ResponseFieldSettings,
     _Rate,
 )
+from abbench.config.infer import see
 from abbench.config.presets import Preset, arm_preset
 from abbench.errors import ConfigError, RequestError
 from abbench.model.records import CountersRecord, FlushRecord, SideCall, WorkloadSample
@@ -147,7 +148,7 @@ class PrometheusCollector(_RateCollector):
         if not preset.misses_counter:
             raise ConfigError(f"preset {preset.name} names no misses counter",
                               hint="give counter: (and minus:) in the prometheus collector, "
-                                   "or misses_counter under preset_fields:")
+                                   "or misses_counter under preset_fields:" + see("collectors"))
         return preset.misses_counter, s.minus or preset.misses_minus_counter
 
     def check(self, arm: ResolvedArm) -> list[str]:
@@ -156,7 +157,7 @@ class PrometheusCollector(_RateCollector):
         if not (self.settings.path or preset.metrics_path):
             raise ConfigError(f"preset {preset.name} has no metrics path",
                               hint="give path: in the prometheus collector, or metrics_path "
-                                   "under preset_fields:")
+                                   "under preset_fields:" + see("collectors"))
         return []
 
     def _scrape(self, ctx: SlotContext) -> tuple[str | None, str | None]:
@@ -284,7 +285,8 @@ class ResponseFieldCollector(_RateCollector):
         if not (self.settings.field or preset.cached_tokens_fields):
             raise ConfigError(f"preset {preset.name} names no cached-tokens field",
                               hint="give field: in the response_field collector, or "
-                                   "cached_tokens_fields under preset_fields:")
+                                   "cached_tokens_fields under preset_fields:"
+                                   + see("collectors"))
         return []
 
     def begin_window(self, ctx: SlotContext, row: str) -> WindowState:
@@ -419,7 +421,8 @@ class FlushCollector(Collector):
         if not (self.settings.path or preset.flush_path):
             raise ConfigError(f"preset {preset.name} has no cache-flush endpoint",
                               hint="give path: in the flush collector, or flush_path under "
-                                   "preset_fields:, or leave the flush collector out")
+                                   "preset_fields:, or leave the flush collector out"
+                                   + see("collectors"))
         return []
 
     def begin_window(self, ctx: SlotContext, row: str) -> None:

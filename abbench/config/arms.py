@@ -16,7 +16,7 @@ from pydantic import (
     Field,
 )
 
-from abbench.config.infer import infer_preset
+from abbench.config.infer import infer_preset, see
 from abbench.config.presets import arm_preset, get_preset, with_overrides
 from abbench.config.schema import ArmConfig, Config, GitSpec, Readiness
 from abbench.config.values import _Frozen, format_cpus
@@ -81,11 +81,11 @@ def substitute(template: str, values: Mapping[str, str], *, where: str) -> str:
         raise ConfigError(f"unknown placeholder {{{clip(e.args[0], 60)}}} in "
                           f"{clip_repr(template)}", where=where,
                           hint=f"known placeholders: {known}; add it under vars:, or write "
-                               "{{ and }} for literal braces") from None
+                               "{{ and }} for literal braces" + see("arms")) from None
     except (ValueError, IndexError) as e:
         raise ConfigError(f"bad placeholder syntax in {clip_repr(template)}: {e}", where=where,
                           hint="placeholders look like {port}; write {{ and }} for literal "
-                               "braces") from None
+                               "braces" + see("arms")) from None
 
 
 def resolve_arms(cfg: Config) -> list[ResolvedArm]:
@@ -99,8 +99,7 @@ def resolve_arms(cfg: Config) -> list[ResolvedArm]:
         raise ConfigError(f"arms {names} share the label {clip_repr(label, 60)}: their "
                           "columns and history series could not be told apart",
                           where=f"{cfg.source or 'arms file'}: arms",
-                          hint="give each arm a label: of its own (README.md, section 'The "
-                               "arms file')")
+                          hint="give each arm a label: of its own" + see("arms"))
     return arms
 
 
@@ -119,7 +118,7 @@ def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
     if start is None or (isinstance(start, str) and not start.strip()) or start == []:
         raise ConfigError("no start command", where=f"{where}.start",
                           hint="give start: as an argv list, e.g. [llama-server, --port, "
-                               "'{port}'], here or under defaults:")
+                               "'{port}'], here or under defaults:" + see("arms"))
     shell = bool(pick("shell"))
     if shell:
         argv = [start if isinstance(start, str) else shlex.join(start)]
@@ -128,7 +127,8 @@ def resolve_arm(cfg: Config, arm: ArmConfig) -> ResolvedArm:
             argv = shlex.split(start) if isinstance(start, str) else [str(s) for s in start]
         except ValueError as e:  # an unbalanced quote
             raise ConfigError(f"cannot be split into arguments: {e}", where=f"{where}.start",
-                              hint="close the quote, or give start: as an argv list") from None
+                              hint="close the quote, or give start: as an argv list"
+                              + see("arms")) from None
     ready = pick("ready") or Readiness()
     if ready.path is None:
         ready = ready.model_copy(update={"path": preset.ready_path})
@@ -178,14 +178,15 @@ def check_arm(cfg: Config, arm: ResolvedArm, *, strict_exec: bool) -> list[str]:
     warnings: list[str] = check_cpus(arm, where=where, strict=strict_exec)
     if not Path(arm.cwd).is_dir():
         raise ConfigError(f"cwd {clip_repr(arm.cwd)} is not a directory", where=f"{where}.cwd",
-                          hint="create it, or give a path relative to the arms file")
+                          hint="create it, or give a path relative to the arms file" + see("arms"))
     values = placeholder_values(cfg, arm, port=1, round_=0)
     if arm.shell:
         if re.search(r"\{(port|host|arm|round|base_url)\}", arm.argv[0]):
             raise ConfigError("placeholders are not substituted into a shell string",
                               where=f"{where}.start",
                               hint="with shell: true use $ABBENCH_PORT, $ABBENCH_HOST, "
-                                   "$ABBENCH_ARM, $ABBENCH_ROUND from the environment")
+                                   "$ABBENCH_ARM, $ABBENCH_ROUND from the environment"
+                                   + see("arms"))
         if arm.port == "auto" and "ABBENCH_PORT" not in arm.argv[0]:
             raise ConfigError("the port is automatic but the shell command never uses "
                               "$ABBENCH_PORT", where=f"{where}.start",
@@ -200,7 +201,7 @@ def check_arm(cfg: Config, arm: ResolvedArm, *, strict_exec: bool) -> list[str]:
         raise ConfigError("the port is automatic but start never uses {port}",
                           where=f"{where}.start",
                           hint="add e.g. --port '{port}' so the server listens where abbench "
-                               "looks, or set port: to a fixed number")
+                               "looks, or set port: to a fixed number" + see("arms"))
     prog = argv[0]
     if arm.git is not None and arm.built is None:
         return warnings  # built later: abbench build / run check the artifacts

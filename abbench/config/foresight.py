@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from abbench.config.arms import ResolvedArm, placeholder_values, resolve_arms
-from abbench.config.infer import README_ARMS, flag_value, server_word
+from abbench.config.infer import SEE_REFUSED, flag_value, see, server_word
 from abbench.config.schema import Config, ConfigError
 from abbench.config.values import format_context
 from abbench.errors import clip_repr
@@ -89,7 +89,7 @@ def foresee(cfg: Config, arm: ResolvedArm, *, where: str, strict: bool) -> list[
             f"preset {arm.preset} has no tokenize endpoint, which the workloads need to "
             "build prompts of exact length", where=f"{where}.preset",
             hint="write the server's preset (preset: llama.cpp, vllm or sglang), or give "
-                 f"tokenize_path: (e.g. /tokenize); {README_ARMS}")
+                 "tokenize_path: (e.g. /tokenize)" + see("arms"))
     if arm.shell:
         return []
     words = arm.command(placeholder_values(cfg, arm, port=1, round_=0))
@@ -103,7 +103,7 @@ def foresee(cfg: Config, arm: ResolvedArm, *, where: str, strict: bool) -> list[
         raise ConfigError(
             f"{what} = {need} tokens, more than the {n} a request may have on this server "
             f"({said})", where=f"{where}.start",
-            hint=f"raise {fix.format(need=need)}; or use shorter contexts")
+            hint=f"raise {fix.format(need=need)}; or use shorter contexts{SEE_REFUSED}")
     model_flags, must_be_file = MODEL_FLAGS.get(arm.preset, ((), False))
     model = flag_value(words, *model_flags) if model_flags else None
     if model is None:
@@ -121,7 +121,7 @@ def foresee(cfg: Config, arm: ResolvedArm, *, where: str, strict: bool) -> list[
     # python that serves (validate on another machine): a warning then
     if strict or (arm.preset == "llama.cpp" and program_here(arm, words[0])):
         raise ConfigError(msg, where=f"{where}.start", hint="fix the path (check vars: and "
-                          "the file name), or download the model first")
+                          "the file name), or download the model first" + SEE_REFUSED)
     return [f"{where}.start: {msg} here (fine if the servers run elsewhere)"]
 
 

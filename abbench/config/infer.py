@@ -13,7 +13,40 @@ from typing import Any, get_args
 from pydantic import BaseModel
 
 #: the README section that documents the arms file (errors point at it)
-README_ARMS = "README.md, section 'The arms file'"
+README_ARMS = "README.md#the-arms-file"
+#: the README section that lists the common refusals and their fixes
+README_REFUSED = "README.md#when-a-file-is-refused"
+#: the end of a hint about a refusal README lists (a field's: :func:`see`)
+SEE_REFUSED = f" (see {README_REFUSED})"
+#: where each top-level key of an arms file is documented, when not in README_ARMS
+_DOCS = {"table": "docs/statistics.md", "stats": "docs/statistics.md",
+         "collectors": "docs/collectors-and-presets.md", "sources": "docs/git-arms.md",
+         "variants": "docs/git-arms.md", "quality": "docs/quality.md",
+         "fingerprints": "docs/quality.md",
+         "speculative": "docs/serving.md#speculative-decoding-per-prompt-set"}
+#: where each kind of workload is documented (the decode workload: README_ARMS)
+_WORKLOAD_DOCS = {"load": "docs/load-workloads.md", "slo": "docs/load-workloads.md",
+                  "trace": "docs/traffic.md#trace-replay",
+                  "sessions": "docs/traffic.md#multi-turn-sessions",
+                  "capacity": "docs/serving.md#capacity-under-an-sla"}
+
+
+def doc_of(loc: tuple[Any, ...]) -> str:
+    """The document (and section) that describes the field at ``loc``, a path of keys
+    and list indexes such as ``("workloads", 0, "load", "concurrency")``: error hints
+    point there."""
+    if len(loc) > 2 and loc[0] == "workloads" and loc[2] in _WORKLOAD_DOCS:
+        return _WORKLOAD_DOCS[loc[2]]
+    if loc and loc[0] in ("arms", "defaults") and "git" in loc:
+        return "docs/git-arms.md"
+    if "preset_fields" in loc:
+        return "docs/collectors-and-presets.md#presets-what-abbench-relies-on-per-server"
+    return _DOCS.get(loc[0], README_ARMS) if loc else README_ARMS
+
+
+def see(*loc: Any) -> str:
+    """`` (see docs/quality.md)``: the end of a hint about the field at ``loc``."""
+    return f" (see {doc_of(loc)})"
 
 #: words people write for a field, and the field abbench calls it
 SYNONYMS = {"command": "start", "cmd": "start", "args": "start", "argv": "start",

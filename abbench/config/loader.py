@@ -16,7 +16,7 @@ from pydantic import (
 
 from abbench.config.arms import resolve_arms
 from abbench.config.files import ARMS_FILE_MAX, PROMPT_TEXT_MAX, load_yaml, read_text
-from abbench.config.infer import README_ARMS, did_you_mean, fields_at
+from abbench.config.infer import did_you_mean, doc_of, fields_at
 from abbench.config.schema import Config
 from abbench.config.secrets import (
     remember,
@@ -164,8 +164,8 @@ def _compose(text: str) -> yaml.Node | None:
 MOST_PROBLEMS = 3
 
 _HINTS = {
-    "extra_forbidden": f"remove it or check its spelling; {README_ARMS} lists every field",
-    "missing": f"add it; {README_ARMS} shows an example",
+    "extra_forbidden": "remove it or check its spelling",
+    "missing": "add it",
     "literal_error": "use one of the values listed",
     "too_short": "give at least the number of items asked for",
     "int_parsing": "write a whole number, without quotes or units",
@@ -181,7 +181,7 @@ _HINTS = {
     "dict_type": "write it as a mapping: one NAME: value per line",
     "list_type": "write it as a list: [a, b] or one '- item' per line",
     "string_type": "write a string (quote it if YAML reads it as something else)",
-    "value_error": f"see the message; {README_ARMS} documents each field",
+    "value_error": "fix the value as the message says",
     "baseline": "set baseline: to one of the arm names, or leave it out (the first arm)",
     "bool_type_here": "write the value itself; quote text that YAML would read as a boolean",
     "finite_number": "write a finite number (not .inf or .nan)",
@@ -209,7 +209,7 @@ def config_from_data(data: Any, *, source: str, text: str = "",
     for messages)."""
     if not isinstance(data, dict):
         raise ConfigError("the file must be a YAML mapping (arms:, workloads:, ...)", where=source,
-                          hint="see arms/llama-cpu.yaml for an example")
+                          hint="see the example in README.md#quick-start")
     root = root if root is not None else _compose(text) if text else None
     lines = _line_map(root)
     data = _text_as_written(_expand_tree(data, (), source, lines), root)
@@ -239,7 +239,7 @@ def _config_error(e: ValidationError, source: str,
             near = did_you_mean(loc[-1], fields_at(Config, loc))
             if near is not None:
                 msg += f" (did you mean {near!r}?)"
-                hint = hint or f"rename it to {near}: ({README_ARMS} lists every field)"
+                hint = hint or f"rename it to {near}:"
         if msg.startswith("arm names must be unique"):
             hint = hint or "give each arm its own name"
         by_loc.setdefault(loc, []).append(msg)
@@ -255,8 +255,9 @@ def _config_error(e: ValidationError, source: str,
         msgs.append(f"{at}{_fmt_loc(loc)}: " + ", or ".join(parts))
     if len(msgs) > MOST_PROBLEMS:  # the first ones say enough
         msgs = [*msgs[:MOST_PROBLEMS], f"and {len(msgs) - MOST_PROBLEMS} more problem(s)"]
+    doc = doc_of(next(iter(by_loc), ()))  # the first field's document
     return ConfigError("; ".join(msgs), where=source,
-                       hint=hint or f"fix the field named; {README_ARMS} documents each field")
+                       hint=f"{hint or 'fix the field named'} (see {doc})")
 
 
 def prompt_text(cfg: Config, index: int,
@@ -292,11 +293,11 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     p = Path(path)
     src = str(p)
     text = read_text(p, limit=ARMS_FILE_MAX, where=src, kind="an arms file",
-                     hint="give the path of an arms file, e.g. arms/llama-cpu.yaml")
+                     hint="give the path of an arms file (README.md#quick-start writes one)")
     data, root = load_yaml(text, where=src)
     if data is None:
         raise ConfigError("the file is empty", where=src,
-                          hint="see arms/llama-cpu.yaml for an example")
+                          hint="see the example in README.md#quick-start")
     cfg = config_from_data(data, source=src, root=root)
     resolve_arms(cfg)  # resolves presets and start commands: fail early
     _check_files(cfg, src, _line_map(root))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from abbench import registry
+from abbench.config.infer import see
 from abbench.errors import ConfigError, clip, clip_repr
 
 
@@ -214,7 +215,8 @@ def get_preset(name: str) -> Preset:
     """The preset registered under ``name`` (abbench.presets entry points)."""
     if name not in registry.entries("abbench.presets"):
         raise ConfigError(f"unknown preset {clip_repr(name)}",
-                          hint=f"use one of: {', '.join(registry.names('abbench.presets'))}")
+                          hint=f"use one of: {', '.join(registry.names('abbench.presets'))}"
+                               + see("arms"))
     preset = registry.load("abbench.presets", name)
     if not isinstance(preset, Preset):
         raise ConfigError(f"the abbench.presets entry {name!r} is not a Preset",
@@ -235,7 +237,8 @@ def with_overrides(preset: Preset, overrides: Mapping[str, Any] | None, *,
         if key not in fields:
             known = ", ".join(k for k in fields if k not in _OWN_KEYS)
             raise ConfigError(f"unknown preset field {clip_repr(key)}",
-                              where=f"{where}.{clip(key, 60)}", hint=f"preset fields: {known}")
+                              where=f"{where}.{clip(key, 60)}",
+                              hint=f"preset fields: {known}" + see("preset_fields"))
         if key.endswith("_path") and isinstance(value, str) and not value.startswith("/"):
             raise ConfigError(f"{clip_repr(value, 80)} is not an endpoint path",
                               where=f"{where}.{key}", hint="start it with /, e.g. /metrics")

@@ -219,12 +219,20 @@ def _point(run_id: str, rows: list[KeyedRound]) -> Point:
 
 def build_series(index: Index, metrics: Iterable[str] | None = None,
                  workloads: Iterable[str] | None = None,
-                 labels: Iterable[str] | None = None) -> list[Series]:
+                 labels: Iterable[str] | None = None, *,
+                 rows: Iterable[RowKey] | None = None) -> list[Series]:
     """Every series of the stored runs (:class:`SeriesKey`), only positive values
-    (ratios are taken on the log scale); ``labels`` keeps the series whose name or
-    any point's label is one of them."""
-    metrics = set(metrics) if metrics is not None else set(default_metrics(index))
+    (ratios are taken on the log scale); ``workloads`` keeps these row ids, ``rows``
+    these rows (of any metric when a row's metric is empty: what
+    :func:`abbench.report.selection.name_rows` makes of what a user typed), ``labels``
+    the series whose name or any point's label is one of them."""
+    named = list(rows) if rows is not None else None
+    metrics = set(metrics) if metrics is not None else set(default_metrics(index)) | {
+        r.metric for r in named or [] if r.metric}
     wanted = set(workloads) if workloads is not None else None
+    if named is not None:
+        wanted = {r.workload for r in named} & (wanted if wanted is not None else
+                                                 {r.workload for r in named})
     by_key: dict[SeriesKey, dict[str, list[KeyedRound]]] = {}
     for kr in index.keyed_rounds(sorted(metrics), None if wanted is None else sorted(wanted)):
         if kr.value <= 0:
@@ -234,6 +242,9 @@ def build_series(index: Index, metrics: Iterable[str] | None = None,
         by_key.setdefault(key, {}).setdefault(kr.run_id, []).append(kr)
     out = [Series(key, tuple(_point(run_id, rows) for run_id, rows in runs.items()))
            for key, runs in by_key.items()]
+    if named is not None:
+        out = [s for s in out if any(r.workload == s.workload and r.metric in ("", s.metric)
+                                     for r in named)]
     if labels is not None:
         names = set(labels)
         out = [s for s in out if s.name in names or any(p.label in names for p in s.points)]

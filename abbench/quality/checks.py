@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from abbench.config.arms import placeholder_values, resolve_arms, substitute
 from abbench.config.files import ITEM_FILE_MAX, load_yaml, read_text
+from abbench.config.infer import see
 from abbench.config.quality import Check, PromptItem, QualityConfig, QualityItem
 from abbench.config.schema import Config
 from abbench.errors import ConfigError, Interrupted, RequestError, clip, clip_repr
@@ -243,7 +244,7 @@ def run_command(template: str, values: dict[str, str], *, cwd: Path, timeout: fl
             raise ConfigError(f"cannot run {clip_repr(argv[0])}: {e.strerror or e}",
                               where="quality.command",
                               hint="give a program on PATH or a path relative to the arms "
-                                   "file") from None
+                                   "file" + see("quality")) from None
         try:
             while True:
                 try:
@@ -301,7 +302,7 @@ class QualityTask:
         if not parts:
             raise ConfigError("the command is empty", where=where,
                               hint="give a command, e.g. python3 quality.py --base-url "
-                                   "{base_url}, or leave command: out")
+                                   "{base_url}, or leave command: out" + see("quality"))
         values = placeholder_values(cfg, resolve_arms(cfg)[0], port=1, round_=0)
         argv = [substitute(a, values, where=where) for a in parts]  # placeholders known?
         prog = argv[0]
@@ -311,7 +312,7 @@ class QualityTask:
                 what = "is not an executable file" if p.exists() else "does not exist"
                 raise ConfigError(f"program {clip_repr(prog)} {what}", where=where,
                                   hint="fix the path (relative paths start at the arms "
-                                       "file), or chmod +x it")
+                                       "file), or chmod +x it" + see("quality"))
         elif shutil.which(prog) is None:
             return [f"{where}: program {clip_repr(prog)} is not on PATH here (every quality "
                     "check would fail)"]

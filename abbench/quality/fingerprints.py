@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from abbench.config.infer import see
 from abbench.config.quality import FingerprintConfig, NonceSet, PromptItem, PromptSetRef
 from abbench.config.schema import Config
 from abbench.errors import ConfigError, Interrupted, RequestError, clip, clip_repr
@@ -98,7 +99,7 @@ def set_path(cfg: Config, ref: PromptSetRef, where: str = "fingerprints.sets") -
         raise ConfigError(f"no prompt set named {clip_repr(ref.name, 80)} (not in "
                           f"{cfg.base_dir / 'prompts'}/, nor among abbench's own)", where=where,
                           hint=f"sets: {', '.join(set_names(cfg))}; or give a path to a "
-                               "YAML/JSONL file of prompts")
+                               "YAML/JSONL file of prompts" + see("fingerprints"))
     return found
 
 
@@ -133,7 +134,7 @@ class FingerprintTask:
         if dup:
             raise ConfigError(f"prompt set names repeat: {clip(', '.join(dup))}",
                               where=f"{src}: fingerprints.sets",
-                              hint="give each set its own name:")
+                              hint="give each set its own name:" + see("fingerprints"))
 
     def sets(self, run_seed: int) -> list[PromptSet]:
         out = []

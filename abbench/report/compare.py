@@ -123,6 +123,10 @@ def compare_table(a: tuple[Run, str | None], b: tuple[Run, str | None], *,
     return table
 
 
+def _name(w: dict[str, Any]) -> str:
+    return str(w.get("name") or ("load" if w.get("load") else "decode"))
+
+
 def _workloads(config: dict[str, Any]) -> list[dict[str, Any]]:
     """A stored config's workloads as data: name, and its load or its contexts and
     decode tokens."""
@@ -130,13 +134,28 @@ def _workloads(config: dict[str, Any]) -> list[dict[str, Any]]:
     for w in config.get("workloads") or []:
         if not isinstance(w, dict):
             continue
-        name = w.get("name") or ("load" if w.get("load") else "decode")
+        name = _name(w)
         if w.get("load"):
             out.append({"name": name, "load": w["load"]})
         else:
             out.append({"name": name, "contexts": list(w.get("contexts") or []),
                         "decode_tokens": w.get("decode_tokens")})
     return out
+
+
+def _aspects(config: dict[str, Any]) -> dict[str, Any]:
+    """What a stored config's workloads measure, aspect by aspect: the contexts and
+    decode tokens of its decode workloads, how many of them run side calls, and each
+    workload's name (a load, sessions or trace workload is told by its name) with the
+    rest of its settings."""
+    ws = [w for w in config.get("workloads") or [] if isinstance(w, dict)]
+    decodes = [w for w in ws if w.get("contexts")]
+    return {"contexts": sorted({c for w in decodes for c in w["contexts"]
+                                if isinstance(c, int)}),
+            "decode_tokens": sorted({w["decode_tokens"] for w in decodes
+                                     if isinstance(w.get("decode_tokens"), int)}),
+            "side_calls": sum(1 for w in decodes if w.get("side_calls")),
+            "workloads": [_name(w) for w in ws], "settings": ws}
 
 
 def _argv(config: dict[str, Any], arm: str) -> list[str] | None:
@@ -158,8 +177,13 @@ def unlike_runs(run_a: Run, info_a: ArmMeta, run_b: Run, info_b: ArmMeta) -> Not
     argv_a, argv_b = _argv(ca, info_a.name), _argv(cb, info_b.name)
     flags = list(flag_diffs(argv_a, argv_b)) if argv_a is not None and argv_b is not None \
         else []
-    if wa == wb and not flags:
+    aa, ab = _aspects(ca), _aspects(cb)
+    differ = [{"what": k, "a": aa[k], "b": ab[k]} for k in aa if aa[k] != ab[k]]
+    if differ and differ[-1]["what"] == "settings":  # named by a closer aspect, or alone
+        differ = differ[:-1] or [{"what": "settings", "a": None, "b": None}]
+    if not differ and not flags:
         return None
     return Note("compare_unlike", {"run_a": run_a.id, "run_b": run_b.id,
-                                   "workloads_a": wa if wa != wb else None,
-                                   "workloads_b": wb if wa != wb else None, "flags": flags})
+                                   "workloads_a": wa if differ else None,
+                                   "workloads_b": wb if differ else None,
+                                   "differences": differ, "flags": flags})

@@ -5,8 +5,10 @@ notes, quality section and per-row statistics. The one place the header and note
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from abbench.config.values import format_context
 from abbench.model.rows import SERVER_ROW, RowKey
 from abbench.report import quality_text
 from abbench.report.setup import RunSetup
@@ -34,7 +36,40 @@ def render_cell(row: Row, arm: str) -> str:
     return text
 
 
+@dataclass(frozen=True)
+class Report:
+    """The markdown report in its two parts: ``head``, what ``abbench run`` prints last
+    on the terminal and a pull request gets (header, setup, differences, the table, the
+    summary line), and ``details``, kept in report.md under it (legend, notes, quality,
+    statistics per row); ``warnings``: how many of the details warn (:func:`_warnings`)."""
+
+    head: str
+    details: str
+    warnings: int
+
+    @property
+    def text(self) -> str:
+        return self.head + self.details
+
+
+#: notes that say a part of the plan was not measured or left out (invalid samples
+#: count once, as the line that sums them up)
+_LEFT_OUT = {"round_left_out", "not_run_yet"}
+
+
+def _warnings(table: Table) -> int:
+    """How many things under the table warn: failed server lives, invalid samples, rounds
+    left out, and every note whose words begin with a warning."""
+    notes = [n for n in (*table.footer, *table.notes) if n.kind in _LEFT_OUT or any(
+        ln.lstrip("*").startswith("Warning") for ln in note_lines(n))]
+    return len(table.failed_slots) + bool(table.invalid) + len(notes)
+
+
 def render_markdown(table: Table) -> str:
+    return render_report(table).text
+
+
+def render_report(table: Table) -> Report:
     lines = [header_text(table), ""]
     if table.setup is not None:
         lines += [*setup_lines(table.setup), ""]
@@ -48,6 +83,7 @@ def render_markdown(table: Table) -> str:
     summary = summary_lines(table)
     if summary:
         lines += [*summary, ""]
+    head, lines = lines, []
     extra = also_changed(table)
     if extra:
         lines += [extra, ""]
@@ -70,7 +106,10 @@ def render_markdown(table: Table) -> str:
                   "</details>", ""]  # CommonMark: raw HTML runs on to the next blank line
     for n in table.notes:
         lines.extend(note_lines(n))
-    return "\n".join(lines).rstrip() + "\n"
+    rest = "\n".join(lines).rstrip()
+    return Report(head="\n".join(head).rstrip() + "\n",
+                  details="\n" + rest + "\n" if rest else "",
+                  warnings=_warnings(table))
 
 
 def setup_lines(s: RunSetup) -> list[str]:
@@ -127,25 +166,36 @@ def summary_lines(table: Table) -> list[str]:
     return [f"**Summary** (▲ better, ▼ worse): {md_escape('; '.join(parts))}."] if parts else []
 
 
-def _workloads(ws: list[dict[str, Any]]) -> str:
-    """``decode: contexts 32768, 65536 + 128 decode tokens; load: load ...``"""
-    parts = [f"{w['name']}: load {w['load']}" if "load" in w else
-             f"{w['name']}: contexts {', '.join(str(c) for c in w['contexts'])} + "
-             f"{w['decode_tokens']} decode tokens" for w in ws]
-    return "; ".join(parts) or "none"
+def _tokens(v: list[int]) -> str:
+    return ", ".join(format_context(n) for n in v) or "none"
+
+
+#: how each aspect of two runs' workloads reads (report/compare.py ``_aspects``)
+_ASPECTS: dict[str, Callable[[Any], str]] = {
+    "contexts": _tokens,
+    "decode_tokens": lambda v: ", ".join(str(n) for n in v) or "none",
+    "side_calls": lambda v: f"{v} workload{'s' if v != 1 else ''}" if v else "none",
+    "workloads": lambda v: ", ".join(f"`{md_escape(n)}`" for n in v) or "none",
+}
 
 
 def _compare_unlike(n: Note, f: dict[str, Any]) -> list[str]:
+    """Each difference, one clause: ``contexts 32K, 64K against 255K (`a` against `b`)``."""
     unlike = []
-    if f["workloads_a"] is not None:
-        unlike.append(f"workloads {_workloads(f['workloads_a'])} (`{f['run_a']}`) against "
-                      f"{_workloads(f['workloads_b'])} (`{f['run_b']}`)")
+    for d in f["differences"]:
+        what = d["what"].replace("_", " ")
+        if d["what"] == "settings":
+            unlike.append("workload settings (loads, prompts, limits; config.yaml of each "
+                          "run has them)")
+        else:
+            unlike.append(f"{what} {_ASPECTS[d['what']](d['a'])} against "
+                          f"{_ASPECTS[d['what']](d['b'])}")
     if f["flags"]:
         unlike.append("start command of the second side: "
                       + ", ".join(f"`{x}`" for x in f["flags"]))
-    return ["", "**Warning: the two sides did not measure the same thing**: "
-            + "; ".join(unlike) + ". Rows measured by one side only read \"no data\"; a "
-            "changed row may be the difference in setup."]
+    return ["", f"**Warning: the two sides did not measure the same thing** (`{f['run_a']}` "
+            f"against `{f['run_b']}`): " + "; ".join(unlike) + ". Rows measured by one side "
+            "only read \"no data\"; a changed row may be the difference in setup."]
 
 
 def header_text(table: Table) -> str:

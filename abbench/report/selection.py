@@ -3,25 +3,83 @@ user types to a row (:func:`find_rows`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from abbench.config.stats import TableConfig
 from abbench.config.values import format_context
+from abbench.errors import ConfigError
+from abbench.model.metrics import MetricSpec, spec
 from abbench.model.rows import SERVER_ROW, RowKey
-from abbench.report.tablemodel import Row
+from abbench.report.tablemodel import Row, row_label
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def _labels(key: RowKey, sp: MetricSpec) -> tuple[str, str]:
+    """A row's label as the table shows it, with and without its unit, folded."""
+    label = row_label(key, sp)
+    return _fold(label), _fold(label.removesuffix(f" ({sp.unit})" if sp.unit else ""))
 
 
 def find_rows(rows: list[Row], text: str, metric: str | None = None) -> list[Row]:
     """The rows ``text`` names: a row id (``decode 32K``) or a label as the table shows
     it, with or without its unit (``decode 32K TTFT (ms)``, ``decode 32K TTFT``), case
     and surrounding spaces ignored; of ``metric`` when given."""
-    want = " ".join(text.split()).casefold()
+    want = _fold(text)
+    return [r for r in rows if (metric is None or r.metric == metric)
+            and (want == _fold(r.workload) or want in _labels(r.key, r.spec))]
 
-    def names(r: Row) -> set[str]:
-        unit = f" ({r.spec.unit})" if r.spec.unit else ""
-        label = r.label
-        return {r.workload.casefold(), label.casefold(),
-                label.removesuffix(unit).casefold()}
 
-    return [r for r in rows if (metric is None or r.metric == metric) and want in names(r)]
+#: labels listed when a row is not found, before the rest are counted
+MOST_LABELS = 20
+
+
+def name_rows(texts: Iterable[str], keys: Iterable[RowKey], *, where: str,
+              listed: Iterable[str] = ("decode_tok_s",),
+              shown: Iterable[RowKey] | None = None) -> list[RowKey]:
+    """The rows each of ``texts`` names among ``keys`` (each a row with its metric): a
+    row id (``decode 32K``, ``decoder 1K``) names the row of every metric (a key whose
+    metric is empty); a label as the table shows it, with or without its unit
+    (``decode 32K TTFT (ms)``, ``peak VRAM``), names the row of that metric. Case and
+    spaces do not matter. A text that names nothing is refused, listing the labels of the
+    rows of the ``listed`` metrics among ``shown`` (default: ``keys``; ``where``: the
+    option the text came from)."""
+    keys = list(keys)
+    shown = keys if shown is None else list(shown)
+    out: list[RowKey] = []
+    for text in texts:
+        want = _fold(text)
+        ids = sorted({k.workload for k in keys if _fold(k.workload) == want})
+        hits = [RowKey(w) for w in ids] or [k for k in keys
+                                            if want in _labels(k, spec(k.metric))]
+        if not hits:
+            metrics = set(listed)
+            labels = sorted({row_label(k, spec(k.metric)) for k in shown
+                             if k.metric in metrics} or {k.workload for k in shown})
+            more = f", and {len(labels) - MOST_LABELS} more" if len(labels) > MOST_LABELS \
+                else ""
+            raise ConfigError(f"no row {text!r}", where=where, hint="name one as the table "
+                              "labels it (the unit may be left out), or by its row id: "
+                              + ", ".join(f"'{x}'" for x in labels[:MOST_LABELS]) + more)
+        out += [h for h in hits if h not in out]
+    return out
+
+
+def name_row(text: str, keys: Iterable[RowKey], metric: str | None, *, where: str,
+             default: str = "decode_tok_s", shown: Iterable[RowKey] | None = None) -> RowKey:
+    """The one row, of one metric, that ``text`` names (:func:`name_rows`): of
+    ``metric`` when given, else of the metric its label names, else ``default``."""
+    keys = [k for k in keys if metric is None or k.metric == metric]
+    hits = {h if h.metric else h.of(metric or default)
+            for h in name_rows([text], keys, where=where, listed=[metric or default],
+                               shown=shown)}
+    if len(hits) > 1:
+        raise ConfigError(f"{text!r} names {len(hits)} rows", where=where, hint="name one: "
+                          + ", ".join(sorted(f"'{row_label(h, spec(h.metric))}'"
+                                             for h in hits)))
+    return hits.pop()
 
 
 MISSES = "misses_per_token"  # the preferred misses/token source; others are its variants

@@ -43,8 +43,9 @@ workloads:
     assert all(h == 0 for h in hit["nocache"]), hit
     assert all(h > 0.4 for h in hit["reuse"]), hit
     # designed against measured, said; the cache-off arm is far from the design
-    assert "Replay sessions: cache cold" in r.stdout and "designed cache hit rate" in r.stdout
-    assert "Warning: sessions (nocache, round" in r.stdout
+    report = (run / "report.md").read_text()  # the notes are under the table
+    assert "Replay sessions: cache cold" in report and "designed cache hit rate" in report
+    assert "Warning: sessions (nocache, round" in report
     # later turns reuse their conversation: their TTFT falls with the cache, decided in 4
     # rounds (3 gave -92.4% [-97.1, -80.2], "~1 more round" under the run's BH correction)
     line = next(x for x in r.stdout.splitlines()

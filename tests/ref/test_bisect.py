@@ -44,3 +44,19 @@ def test_bisect_no_single_culprit(tmp_path: Path) -> None:
     _, p = _bisect(tmp_path, rates)
     assert p.returncode == 1
     assert "no single culprit" in p.stdout, p.stdout
+
+
+def test_bisect_row_is_a_label_and_an_unknown_one_is_refused_before_any_build(
+        tmp_path: Path) -> None:
+    rate_repo(tmp_path / "repo", [400.0, 100.0])
+    arms = git_arms(tmp_path / "arms.yaml", tmp_path / "repo", {"pr": {"ref": "main"}, "x": {
+        "ref": "main"}}, rounds=2)
+    env = {**ENV_KEYS, "ABBENCH_CACHE": str(tmp_path / "cache")}
+    p = cli("bisect", arms, "--good", "good", "--bad", "bad", "--row", "decode 64K",
+            "--results", tmp_path / "results", "--plain", env=env)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.splitlines() == [
+        "Error: --row: no row 'decode 64K'",
+        "hint: name one as the table labels it (the unit may be left out), or by its row id: "
+        "'decode 64 (tok/s)'"], p.stderr
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "results").exists()

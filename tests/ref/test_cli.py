@@ -86,13 +86,31 @@ def test_delta_is_the_paired_change_of_the_stored_rates(tmp_path: Path, results:
     assert no_server_left(run)  # the PIDs of the servers this run started
 
 
-def test_invalid_samples_are_flagged(tmp_path: Path, results: Path):
+def test_invalid_samples_are_flagged_and_the_table_is_printed_last(tmp_path: Path,
+                                                                    results: Path):
     # every second completion of the fast arm decodes 3 tokens short
     arms = write_arms(tmp_path / "arms.yaml",
                       arms_yaml(fast_flags=', --fault, short, --fault-every, "2"', rounds=1))
-    r = abbench("run", str(arms), "--results", str(results), "--plain")
-    assert r.returncode == 0, r.stderr
-    assert "Invalid samples" in r.stdout and "this PR: 1" in r.stdout
+    # stdout and stderr into one pipe, in the order a terminal shows them
+    r = subprocess.run([sys.executable, "-m", "abbench.cli", "run", str(arms), "--results",
+                        str(results), "--plain"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout
+    run = only_run(results)
+    report = (run / "report.md").read_text()
+    assert "Invalid samples (wrong token count or failed; left out): this PR: 1." in report
+    # the terminal ends with the table and its summary line; the details (legend, notes,
+    # statistics per row) stay in report.md, named with their warnings above the table
+    lines = r.stdout.rstrip("\n").splitlines()
+    assert lines[-1].startswith("**Summary** (▲ better, ▼ worse): this PR: "), lines[-3:]
+    assert lines[-2] == "" and lines[-3].startswith("| decode 1K (tok/s) | ")
+    top = next(i for i, ln in enumerate(lines) if ln.startswith("abbench run `"))
+    assert report.startswith("\n".join(lines[top:]) + "\n\n")
+    assert "Invalid samples" not in r.stdout and "<details>" not in r.stdout
+    assert lines[top - 3:top] == [f"Stored in {run}", f"Under the table, {run / 'report.md'} "
+                                  "holds the legend, notes and statistics per row; 1 "
+                                  f"warning(s) among them (abbench report {run} prints it "
+                                  "all)", ""]
     samples = [json.loads(line) for line in
                (only_run(results) / "samples.jsonl").read_text().splitlines()]
     bad = [s for s in samples if s["type"] == "sample" and not s["valid"]]

@@ -45,7 +45,7 @@ def test_shards_by_hand_then_gather(tmp_path: Path, results: Path) -> None:
     assert g.returncode == 0, g.stderr
     assert f"`0-{host}` 2 rounds" in g.stdout and f"`1-{host}` 2 rounds" in g.stdout
     assert "| decode 64 (tok/s) |" in g.stdout and "▲" in g.stdout
-    assert "<summary>Per host</summary>" in g.stdout
+    assert "<summary>Per host</summary>" in (folder / "report.md").read_text()
     # one nonce prompt set for the whole campaign: the shards' seeds differ, not its
     recs = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
     seeds = {r["seed"] for r in recs if r["type"] == "fingerprint"}
@@ -76,12 +76,13 @@ def test_resume_of_a_campaign_without_a_scheduler(tmp_path: Path, results: Path)
     assert p.returncode == 1
     assert f"shard 0 is short of its rounds: run `abbench shard run {folder} --index 0`" \
         in p.stderr
-    assert "not run: shard 0 ended short of its rounds; the shard never began" in p.stdout
+    assert "not run: shard 0 ended short of its rounds; the shard never began" in \
+        (folder / "report.md").read_text()
     assert json.loads((folder / "run.json").read_text())["status"] == "interrupted"
     assert cli("shard", "run", folder, "--index", "0").returncode == 0
     p = cli("run", "--resume", str(folder), "--plain")
     assert p.returncode == 0, p.stderr
-    assert "Failed:" not in p.stdout
+    assert "Failed:" not in (folder / "report.md").read_text()
     bad = cli("shard", "run", folder, "--index", "5")
     assert bad.returncode == 2 and "the campaign has no shard 5" in bad.stderr
     wait_gone()

@@ -53,9 +53,10 @@ def test_percentiles_respect_the_known_delays(tmp_path: Path, results: Path) -> 
     assert r.returncode == 0, r.stderr
     assert "| load c=4 output (tok/s) |" in r.stdout and "| load c=4 TTFT p99 (ms) |" in r.stdout
     assert "| load c=4 goodput share | 0.000 |" in r.stdout  # nobody meets 1 ms: no error
-    assert "Load ITL: every chunk carried one token" in r.stdout
-    assert "[sweep.png](sweep.png)" in r.stdout
     run = only_run(results)
+    report = (run / "report.md").read_text()  # the notes, under the table
+    assert "Load ITL: every chunk carried one token" in report
+    assert "[sweep.png](sweep.png)" in report
     assert (run / "sweep.png").stat().st_size > 10_000
     recs = records(run)
     samples = [s for s in recs if s["type"] == "sample"]
@@ -107,7 +108,7 @@ def test_open_loop_arrivals_keep_the_requested_rate(tmp_path: Path, results: Pat
     reqs = [x for x in reqs if x["workload"].startswith("p")]
     sched = {arm: [x["t_sched"] for x in reqs if x["arm"] == arm] for arm in ("a", "b")}
     assert sched["a"] == sched["b"] and len(set(sched["a"])) == 61
-    assert "asked for" not in r.stdout  # no open-loop rate warning
+    assert "asked for" not in (only_run(results) / "report.md").read_text()  # no rate warning
 
 
 def test_failed_requests_are_counted_and_a_timeout_bounds_the_load(
@@ -128,7 +129,8 @@ def test_failed_requests_are_counted_and_a_timeout_bounds_the_load(
     assert len(ok) == 2 and all(s["valid"] for s in ok)
     assert all(s["metrics"]["load_failed"] == 2 for s in ok)  # requests 3 and 6 of 6
     assert all("2 of 6 requests failed: HTTP 500" in s["reason"] for s in ok)
-    assert "Load requests left out of the percentiles: " in r.stdout
+    assert "Load requests left out of the percentiles: " in \
+        (only_run(results) / "report.md").read_text()
     cut = [s for s in recs if s["type"] == "sample" and s["workload"].startswith("slow")]
     assert len(cut) == 4 and not any(s["valid"] for s in cut)
     assert all("the load workload's timeout ran out" in s["reason"] for s in cut)

@@ -131,8 +131,14 @@ def test_quick_start_as_written(venv: Path, home: Path) -> None:
     decode = [ln for ln in rows if ln.startswith("| decode ")]
     assert len(decode) == 2 and all(ln.endswith("▲ |") for ln in decode), rows
     assert re.search(r"\*\*Summary\*\* \(▲ better, ▼ worse\): pr: decode \+\d", out)
+    # the table and its summary line are printed last; report.md holds them, then the
+    # details (legend, notes, statistics per row)
     (report,) = (home / "results").glob("*/report.md")
-    assert report.read_text() == out[out.index("abbench run `"):]
+    assert out.startswith("abbench run `") and out.rstrip().splitlines()[-1].startswith(
+        "**Summary** ")
+    assert report.read_text().startswith(out + "\n") and "<details>" not in out
+    assert f"Under the table, results/{report.parent.name}/report.md holds the legend" \
+        in run.stderr
     # the vLLM and SGLang files pass validate where those servers are not installed
     for name, text in (("vllm", vllm), ("sglang", sglang)):
         (home / f"{name}.yaml").write_text(text)
@@ -155,18 +161,18 @@ MISTAKES = {
     "wrong key": (("contexts:", "context:"),
                   "Error: arms.yaml: line 9, workloads[0].context: unknown key 'context' "
                   "(did you mean 'contexts'?)",
-                  "hint: rename it to contexts: (README.md, section 'The arms file' lists "
-                  "every field)"),
+                  "hint: rename it to contexts: (see README.md#the-arms-file)"),
     "context beyond -c": (("[1K, 4K]", "[1K, 8K]"),
                           "Error: arms.yaml: arms[0] (base).start: decode: context 8K + 64 "
                           "decode tokens = 8256 tokens, more than the 8192 a request may have "
                           "on this server (-c 8192)",
-                          "hint: raise -c to at least 8256; or use shorter contexts"),
+                          "hint: raise -c to at least 8256; or use shorter contexts (see "
+                          "README.md#when-a-file-is-refused)"),
     "missing model": (("-m, model.gguf", "-m, modle.gguf"),
                       "Error: arms.yaml: arms[0] (base).start: model 'modle.gguf' does not "
                       "exist (relative to cwd:, by default the arms file's folder)",
                       "hint: fix the path (check vars: and the file name), or download the "
-                      "model first"),
+                      "model first (see README.md#when-a-file-is-refused)"),
     "tab": (("\n  - name: pr", "\n\t- name: pr"),
             "Error: arms.yaml: line 6, column 1: a tab character: YAML indents with spaces "
             "only",

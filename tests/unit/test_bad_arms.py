@@ -6,6 +6,7 @@ has the format)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -14,7 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from abbench.cli import app
+from abbench.config import infer
 from tests.faultkit import cli
+from tests.unit.test_docs import _anchors
 
 CORPUS = Path(__file__).resolve().parents[1] / "bad_arms"
 FILES = sorted(CORPUS.glob("*.yaml"), key=lambda p: int(p.name.split("-")[0]))
@@ -122,3 +125,36 @@ def test_program_not_on_path_is_a_warning_for_validate_and_an_error_for_run(
                                         "'no-such-server-abf' is not on PATH")
     assert "hint: install it" in p.stderr
     assert not (tmp_path / "results").exists()
+
+
+#: a document a hint names: README.md or docs/NAME.md, with its section's anchor
+DOC_REF = re.compile(r"(README\.md|docs/[\w.-]+\.md)(?:#([\w-]+))?")
+
+
+def test_every_hint_names_a_document_and_section_that_exist(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hints of the corpus point at the document that describes the field (README's
+    'The arms file' for an arm's fields, docs/quality.md for quality:, ...), by a heading
+    that is there; so does every entry of the map they are drawn from."""
+    monkeypatch.chdir(CORPUS)
+    monkeypatch.setenv("ABF_PY", sys.executable)
+    monkeypatch.setenv("ABF_MARK", str(CORPUS / "never-started"))
+    named: dict[str, str] = {}
+    for path in FILES:
+        if "# make: " not in path.read_text(errors="replace"):
+            p = CliRunner().invoke(app, ["validate", path.name])
+            for line in p.stderr.splitlines():
+                for m in DOC_REF.finditer(line if line.startswith("hint: ") else ""):
+                    named.setdefault(m.group(0), path.name)
+    assert {"README.md#the-arms-file", "docs/quality.md",
+            "docs/collectors-and-presets.md"} <= set(named), named
+    assert named["README.md#the-arms-file"] == "06-unknown-top-key.yaml"  # did you mean
+    assert infer.doc_of(("stats", "noise_band")) == "docs/statistics.md"
+    assert infer.doc_of(("workloads", 1, "sessions", "turns")) == \
+        "docs/traffic.md#multi-turn-sessions"
+    mapped = {infer.README_ARMS, infer.README_REFUSED, *infer._DOCS.values(),
+              *infer._WORKLOAD_DOCS.values(), infer.doc_of(("arms", 0, "preset_fields"))}
+    for ref in {*named, *mapped}:
+        file, _, anchor = ref.partition("#")
+        assert (CORPUS.parents[1] / file).is_file(), (named.get(ref), ref)
+        assert not anchor or anchor in _anchors(CORPUS.parents[1] / file), (named.get(ref), ref)

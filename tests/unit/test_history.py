@@ -218,8 +218,11 @@ def test_bad_history_options(results: Path, tmp_path: Path) -> None:
     code, _, err = cli("history", "--results", results, "--out", tmp_path / "x.gif")
     assert code == 2 and ".png or .svg" in err
     code, _, err = cli("history", "--results", results, "--out", tmp_path / "x.png",
-                       "--workload", "decode 9K")
+                       "--label", "nobody")
     assert code == 2 and "nothing to plot" in err
+    code, _, err = cli("history", "--results", results, "--out", tmp_path / "x.png",
+                       "--workload", "decode 9K")  # a row no run has: refused, rows named
+    assert code == 2 and "no row 'decode 9K'" in err and "'decode 1K (tok/s)'" in err
     assert cli("ls", "--results", results, "--since", "yesterday")[0] == 2
 
 

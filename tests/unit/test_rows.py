@@ -3,11 +3,14 @@ label; labels are made in report/ and a label a user types resolves back to its 
 
 from __future__ import annotations
 
+import pytest
+
 from abbench.config.workloads import Workload
+from abbench.errors import ConfigError
 from abbench.model.records import parse_records
 from abbench.model.rounds import round_values
 from abbench.model.rows import RowKey
-from abbench.report.selection import find_rows
+from abbench.report.selection import find_rows, name_row, name_rows
 from abbench.report.table import table_of
 from tests.recordkit import lives
 
@@ -62,3 +65,25 @@ def test_a_label_resolves_to_its_row() -> None:
     assert find_rows(rows, "  Decode 1K  ttft ") == [ttft]  # no unit, case, spaces
     assert find_rows(rows, "decode 1K", "ttft_ms") == [ttft]  # the row id and a metric
     assert find_rows(rows, "decode 2K") == []
+
+
+def test_a_label_as_the_table_shows_it_resolves_to_its_row() -> None:
+    """What history --workload and bisect --row take: a row id names the row of every
+    metric; a label (with or without its unit) names the row of its metric; case and
+    spaces do not matter; a text that names nothing is refused with the labels there are."""
+    decoder = Workload(name="decoder", contexts=[1024], decode_tokens=64).row_keys()[0]
+    decode = Workload(contexts=[32768], decode_tokens=64).row_keys()[0]
+    keys = [k.of(m) for k in (decoder, decode) for m in ("decode_tok_s", "ttft_ms")]
+    assert name_rows(["decoder 1K"], keys, where="--workload") == [RowKey("decoder 1K")]
+    assert name_rows(["Decode  32k TTFT"], keys, where="--workload") == [decode.of("ttft_ms")]
+    assert name_rows(["decoder 1K (tok/s)", "decode 32K"], keys, where="--workload") == [
+        decoder.of("decode_tok_s"), RowKey("decode 32K")]
+    assert name_row("decoder 1K", keys, None, where="--row") == RowKey("decoder 1K",
+                                                                        "decode_tok_s")
+    assert name_row("decoder 1K TTFT (ms)", keys, None, where="--row") == decoder.of("ttft_ms")
+    assert name_row("decode 32K", keys, "ttft_ms", where="--row").metric == "ttft_ms"
+    with pytest.raises(ConfigError) as e:
+        name_rows(["decode 1K"], keys, where="--workload")
+    assert e.value.exit_code == 2 and str(e.value).startswith("--workload: no row 'decode 1K'")
+    assert e.value.hint == ("name one as the table labels it (the unit may be left out), or "
+                            "by its row id: 'decode 32K (tok/s)', 'decoder 1K (tok/s)'")
