@@ -459,7 +459,11 @@ def trace_make(
     burstiness: Annotated[float | None, _opt("gamma shape of arrival gaps: 1 Poisson, "
                                              "below 1 burstier")] = None,
     input_mean: Annotated[float | None, _opt("mooncake: mean prompt tokens")] = None,
+    input_sigma: Annotated[float | None, _opt("mooncake: lognormal sigma of prompt "
+                                              "lengths (0 exact)")] = None,
     output_mean: Annotated[float | None, _opt("mooncake: mean output tokens")] = None,
+    output_sigma: Annotated[float | None, _opt("mooncake: lognormal sigma of output "
+                                               "lengths (0 exact)")] = None,
     shared_share: Annotated[float | None, _opt("mooncake: share of prompt tokens an "
                                                "earlier request sent as a prefix")] = None,
     prefix_groups: Annotated[int | None, _opt("mooncake: distinct shared prefixes")] = None,

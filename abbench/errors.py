@@ -95,6 +95,11 @@ class ServerError(AbbenchError):
         return printable(text)
 
 
+class PortTaken(ServerError):
+    """Another process took the life's port between abbench choosing it and the
+    server binding it: with ``port: auto`` the life starts again on another port."""
+
+
 class RequestError(AbbenchError):
     """One request failed: HTTP error, broken stream, timeout, wrong token count."""
 

@@ -22,6 +22,12 @@
 # 255K rows with nvidia-smi logging (arms/h200-seed-255k.yaml), then, for the time that
 # is left, the SmolLM2 noise lab's default and CUDA-graphs-off settings, the 8B noise
 # lab's mlock and nice, and SmolLM2's other settings.
+# CHAIN=trace (issue 28) runs only the trace-replay A/B of arms/h200-trace.yaml after the
+# build (no SmolLM2: go takes no PART1), in two calls: go, then finish. SRC names where
+# abbench, scripts and arms are copied from (a helper's branch copied into .device/pkg:
+# a call sends the main checkout's tree), e.g.
+#   SRC=.device/pkg CHAIN=trace GO_WAIT=570 bash .device/pkg/scripts/h200-scale.sh go
+#   WAIT=540 bash .device/pkg/scripts/h200-scale.sh finish
 set -uo pipefail
 W=/tmp/ab
 D=.device
@@ -60,10 +66,10 @@ PY
   ls -la $D
   ;;
 go)
-  part1=$1
+  part1=${1:-}
   mkdir -p $W/pkg
-  cp -r abbench scripts arms $W/pkg/
-  cp "$part1" $W/smollm2.part00
+  cp -r ${SRC:-.}/abbench ${SRC:-.}/scripts ${SRC:-.}/arms $W/pkg/
+  [[ -z $part1 ]] || cp "$part1" $W/smollm2.part00
   python3 -m pip install -q --no-index --no-deps --no-compile --target $W/site $D/wheels/*.whl || exit 1
   tar -xJf $D/llama-src.tar.xz -C $W
   tar -xzf $D/tools-ui.tar.gz -C $W
@@ -72,6 +78,7 @@ go)
   python3 -c "import abbench.cli, pynvml, pydantic, gguf; print('imports ok')" || exit 1
   cat >$W/chain.sh <<CHAIN
 set -x
+date +%s >$W/chain.start
 cd $W/pkg
 ( cmake -S $W/llama.cpp -B $W/build -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON \
@@ -82,8 +89,15 @@ cd $W/pkg
     --jobs 8 --tokenizer-from $W/vocab.gguf --out $SYNTH_8B_GGUF --sha256 >$W/gguf.log 2>&1; \
   echo \$? >$W/gguf.rc ) &
 wait
+date +%s >$W/built.at
 CHAIN
-  if [[ ${CHAIN:-main} == main ]]; then cat >>$W/chain.sh <<CHAIN
+  if [[ ${CHAIN:-main} == trace ]]; then cat >>$W/chain.sh <<CHAIN
+nvidia-smi --query-gpu=timestamp,memory.used,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv -lms 500 >$W/smi-gpu.csv 2>&1 & S1=\$!
+python3 -m abbench.cli run arms/h200-trace.yaml --plain --results $W/results-trace \
+  >$W/trace.log 2>&1; echo \$? >$W/trace.rc
+kill \$S1 2>/dev/null
+CHAIN
+  elif [[ ${CHAIN:-main} == main ]]; then cat >>$W/chain.sh <<CHAIN
 python3 -m abbench.cli calibrate arms/h200-8b-calibrate.yaml --arm prod --rounds 4 --plain \
   --results $W/results-cal >$W/cal.log 2>&1; echo \$? >$W/cal.rc
 i=0; while [ ! -s $SMOLLM2_GGUF ] && [ \$i -lt 600 ]; do sleep 5; i=\$((i + 5)); done
@@ -121,11 +135,12 @@ done
 CHAIN
   fi
   cat >>$W/chain.sh <<CHAIN
-echo done >$W/chain.done
+date +%s >$W/chain.done
 CHAIN
   setsid nohup bash $W/chain.sh >$W/chain.log 2>&1 </dev/null &
   i=0; while [[ ! -f $W/chain.done && $i -lt ${GO_WAIT:-560} ]]; do sleep 10; i=$((i + 10)); done
-  cat $W/build.rc $W/gguf.rc 2>/dev/null; tail -2 $W/gguf.log $W/build.log; tail -12 $W/cal.log
+  cat $W/build.rc $W/gguf.rc $W/chain.start $W/built.at 2>/dev/null; tail -2 $W/gguf.log $W/build.log
+  tail -12 $W/cal.log $W/trace.log 2>/dev/null
   ;;
 join)
   part2=$1
@@ -137,12 +152,13 @@ join)
 finish)
   i=0; while [[ ! -f $W/chain.done && $i -lt ${WAIT:-480} ]]; do sleep 10; i=$((i + 10)); done
   mkdir -p $OUT
-  for d in cal seed lab; do
+  for d in cal seed lab trace; do
     [[ -d $W/results-$d ]] && tar -czf $OUT/results-$d.tar.gz -C $W results-$d
   done
   tar -czf $OUT/logs.tar.gz -C $W chain.log cmake.log build.log gguf.log cal.log seed.log \
-    lab.log lab.rc 2>/dev/null
-  gzip -c $W/smi-gpu.csv >$OUT/smi-gpu.csv.gz; gzip -c $W/smi-apps.csv >$OUT/smi-apps.csv.gz
-  tail -30 $W/seed.log; cat $W/lab.rc; ls -la $OUT
+    lab.log lab.rc trace.log trace.rc chain.start built.at chain.done 2>/dev/null
+  gzip -c $W/smi-gpu.csv >$OUT/smi-gpu.csv.gz
+  [[ -f $W/smi-apps.csv ]] && gzip -c $W/smi-apps.csv >$OUT/smi-apps.csv.gz
+  tail -30 $W/seed.log $W/trace.log 2>/dev/null; cat $W/lab.rc 2>/dev/null; ls -la $OUT
   ;;
 esac

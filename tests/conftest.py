@@ -215,8 +215,6 @@ REAL_DIR = Path(__file__).resolve().parent / "real"
 #: default run's CI budget, each exercising a real part the default run also covers
 OPT_IN = {
     "sglang": "SGLang end to end (4 lives, 4-7 minutes on 2 cores): run with -m sglang",
-    "vllm_trace": "vLLM prefix caching over a replayed trace (6 vLLM lives, about 19 "
-                  "minutes on 2 cores): run with -m vllm_trace",
 }
 
 

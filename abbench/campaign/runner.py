@@ -70,7 +70,7 @@ from abbench.report.sweep import write_sweep
 from abbench.report.table import Note, table_of
 from abbench.server.interrupts import handle_signals, shielded
 from abbench.server.life import startup_sample, system_fingerprints
-from abbench.server.process import Server, start_server
+from abbench.server.process import Server, start_ready
 from abbench.slot import SlotContext, SlotTask
 from abbench.store.run import Run
 from abbench.version import __version__
@@ -345,15 +345,17 @@ class Campaign:
         t_start = time.time()
         self.warmup_failed = []
         server: Server | None = None
+        lives: list[Server] = []  # a start whose auto port was taken is tried again
         status: str = "failed"
         reason: str | None = "the server life did not finish"
         try:
             with self.timing.count("server_s"):
-                server = start_server(
+                ready_s = start_ready(
                     arm, round_=slot.round, log_path=self.run.log_path(arm.name, slot.round),
                     argv_for_port=lambda port: arm.command(
-                        placeholder_values(self.cfg, arm, port=port, round_=slot.round)))
-                ready_s = server.wait_ready(self.stop_event.is_set)
+                        placeholder_values(self.cfg, arm, port=port, round_=slot.round)),
+                    should_stop=self.stop_event.is_set, say=self.progress.log, lives=lives)
+                server = lives[-1]
             if server.ready_noticed_lag is not None:
                 self.timing.ready_lags_ms.append(server.ready_noticed_lag * 1e3)
             self.progress.log(f"  {arm.name} round {slot.round}: ready in {ready_s:.1f} s "
@@ -385,6 +387,7 @@ class Campaign:
             self.progress.log(f"  FAILED arm {arm.name}, round {slot.round}: {reason}")
         finally:
             code = None
+            server = lives[-1] if lives else None
             if server is not None:
                 with self.timing.count("server_s"):
                     code = server.stop()  # shielded: an interrupt waits for the stop

@@ -39,7 +39,7 @@ _NOT_NAME = re.compile(r"TOKENIZER|KEYBOARD|PASSTHROUGH|BYPASS|AUTHOR|_PATH$|_FI
 #: a flag whose value is a secret: its name ends in one of these words
 _FLAG = re.compile(r"^--?(?:[\w-]*[-_])?(?:api[-_]?key|key|token|secret|password|passwd|pwd|"
                    r"pass|credentials?|auth)$", re.IGNORECASE)
-_FLAG_IN_TEXT = re.compile(r"(--?(?:[\w-]*[-_])?(?:api[-_]?key|key|token|secret|password|"
+_FLAG_IN_TEXT = re.compile(r"(?<![\w-])(--?(?:[\w-]*[-_])?(?:api[-_]?key|key|token|secret|password|"
                            r"passwd|pwd|pass|credentials?|auth))(=|\s+)(?!\*\*\*)([^\s'\"]+)",
                            re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"([a-z][a-z0-9+.-]*://[^/\s:@'\"]*:)([^@\s/'\"]+)@", re.IGNORECASE)

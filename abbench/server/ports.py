@@ -1,10 +1,18 @@
 """Ports for server lives: a free one below the ephemeral range (where no client's
-outgoing connection takes it meanwhile), and whether one is taken."""
+outgoing connection takes it meanwhile), whether one is taken, and by whom."""
 
 from __future__ import annotations
 
+import os
 import random
+import re
 import socket
+
+from abbench.server.tree import life_of
+
+#: what servers print when their port is taken (Python's OSError, llama-server, uvicorn)
+_BIND_FAILED = re.compile(r"address already in use|EADDRINUSE|couldn't bind|could not bind",
+                          re.IGNORECASE)
 
 #: ``port: auto`` ports start here: below, SGLang picks its own rendezvous port
 #: (22000-29999, srt/utils/network.py get_free_port_below_ephemeral)
@@ -58,3 +66,41 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def bind_failed(log: str) -> bool:
+    """Whether a server's log says it could not bind its port (taken by another)."""
+    return _BIND_FAILED.search(log) is not None
+
+
+def foreign_listener(port: int, since: float, own_pgid: int,
+                     own: set[int] | None = None, token: str | None = None) -> str | None:
+    """Another process that listens on ``port`` and started before our server did (a
+    stray server that took the port first), or belongs to another server life (carries
+    another life's token, whenever it started: a concurrent run's server that bound the
+    port while ours was still loading), described; None when the port is held by the
+    server's own process group or life (``own``: its setsid children too), by
+    something it started (docker-proxy, say), or when the system does not tell."""
+    try:
+        import psutil
+
+        conns = psutil.net_connections(kind="tcp")
+    except Exception:  # AccessDenied on some systems, no psutil: cannot tell
+        return None
+    held = [c.pid for c in conns
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    pids = {p for p in held if p is not None}
+    if not pids or len(pids) < len(set(held)):  # nobody, or someone we may not see
+        return None
+    strays = []
+    for pid in pids:
+        try:
+            if pid in (own or set()) or os.getpgid(pid) == own_pgid:
+                return None
+            proc = psutil.Process(pid)
+            other = life_of(pid)
+            if proc.create_time() < since - 0.5 or other not in (None, token):
+                strays.append(f"pid {pid} ({proc.name()})")
+        except (psutil.Error, OSError):
+            continue
+    return ", ".join(strays) or None

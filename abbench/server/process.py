@@ -37,10 +37,17 @@ from typing import BinaryIO
 from abbench.config.arms import ResolvedArm
 from abbench.config.secrets import redact, scrub, secret_values
 from abbench.config.values import format_cpus
-from abbench.errors import AbbenchError, ConfigError, Interrupted, ServerError, StoreError
+from abbench.errors import (
+    AbbenchError,
+    ConfigError,
+    Interrupted,
+    PortTaken,
+    ServerError,
+    StoreError,
+)
 from abbench.server.http import Transport, TransportError
 from abbench.server.interrupts import shielded
-from abbench.server.ports import free_port, port_in_use
+from abbench.server.ports import bind_failed, foreign_listener, free_port, port_in_use
 from abbench.server.shm import group_shm, remove_stale_shm, shm_inodes
 from abbench.server.tree import (
     LIFE_VAR,
@@ -56,7 +63,12 @@ from abbench.server.tree import (
     signal_all,
 )
 
-__all__ = ["Server", "group_shm", "remove_stale_shm", "shm_inodes", "start_server"]
+__all__ = ["Server", "group_shm", "remove_stale_shm", "shm_inodes", "start_ready",
+           "start_server"]
+
+#: starts of a ``port: auto`` life whose port another process took before its server
+#: bound it, each on a port chosen again
+PORT_TRIES = 3
 
 _PR_SET_PDEATHSIG = 1
 
@@ -250,9 +262,9 @@ class Server:
                     if r.status == 200:
                         now = time.perf_counter()  # before the check below, which takes ms
                         stray = foreign_listener(self.port, self.started_wall, self.proc.pid,
-                                                 own=self.processes())
+                                                 own=self.processes(), token=self.token)
                         if stray is not None:
-                            raise ServerError(
+                            raise PortTaken(
                                 f"port {self.port} answered, but from {stray}, not from this "
                                 "arm's server", where=self.where, log_tail=self.log_tail(),
                                 hint="stop that process (a server left from another run?); "
@@ -285,8 +297,18 @@ class Server:
         return life_pids(self.token, self.proc.pid) if self.token else set()
 
     def _exited_early(self, code: int) -> ServerError:
-        """The main process ended before ready; one that daemonized is said so."""
+        """The main process ended before ready; one that daemonized is said so, one
+        whose port another process took (a listener outside the life, or the server's
+        own "address already in use") is a :class:`PortTaken`."""
         left = alive(self.processes())
+        holders = port_listeners(self.port) - left - {os.getpid()}
+        if holders or bind_failed(tail(self.log_path, 40)):
+            held = f" ({describe(holders)} listens on it)" if holders else ""
+            return PortTaken(
+                f"the server exited with code {code} before it was ready: port {self.port} "
+                f"was taken{held}", where=self.where, log_tail=self.log_tail(),
+                hint="stop the process that holds the port, or set port: auto so abbench "
+                     "picks another")
         if left:
             return ServerError(
                 f"the server's main process exited (code {code}) before it was ready, "
@@ -460,36 +482,6 @@ def _started_after(pid: int, wall: float) -> bool:
         return False
 
 
-def foreign_listener(port: int, since: float, own_pgid: int,
-                     own: set[int] | None = None) -> str | None:
-    """Another process that listens on ``port`` and started before our server did (a
-    stray server that took the port first), described; None when the port is held by
-    the server's own process group or life (``own``: its setsid children too), by
-    something it started (docker-proxy, say), or when the system does not tell."""
-    try:
-        import psutil
-
-        conns = psutil.net_connections(kind="tcp")
-    except Exception:  # AccessDenied on some systems, no psutil: cannot tell
-        return None
-    held = [c.pid for c in conns
-            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
-    pids = {p for p in held if p is not None}
-    if not pids or len(pids) < len(set(held)):  # nobody, or someone we may not see
-        return None
-    strays = []
-    for pid in pids:
-        try:
-            if pid in (own or set()) or os.getpgid(pid) == own_pgid:
-                return None
-            proc = psutil.Process(pid)
-            if proc.create_time() < since - 0.5:
-                strays.append(f"pid {pid} ({proc.name()})")
-        except (psutil.Error, OSError):
-            continue
-    return ", ".join(strays) or None
-
-
 def start_server(arm: ResolvedArm, *, round_: int, log_path: Path, argv_for_port:
                  Callable[[int], list[str]], env_extra: dict[str, str] | None = None) -> Server:
     """Start ``arm``'s server for one round; the caller must ``stop()`` it."""
@@ -525,6 +517,40 @@ def start_server(arm: ResolvedArm, *, round_: int, log_path: Path, argv_for_port
     # started server that no one stops (it then raises at the next stop-flag check).
     with shielded(raise_pending=False):
         return _spawn(arm, round_, port, argv, env, log_path, log_file)
+
+
+def start_ready(arm: ResolvedArm, *, round_: int, log_path: Path,
+                argv_for_port: Callable[[int], list[str]], should_stop: Callable[[], bool],
+                say: Callable[[str], None], lives: list[Server],
+                tries: int = PORT_TRIES) -> float:
+    """Start ``arm``'s server and wait until it is ready; seconds from start to ready.
+
+    With ``port: auto``, a port another process took between abbench choosing it and
+    the server binding it (:class:`PortTaken`) is chosen again: at most ``tries``
+    starts, each retry said through ``say`` and in the server's log. Every server
+    started is appended to ``lives``; all but the last are stopped here, the caller
+    stops the last (whether it became ready or not)."""
+    ports: list[int] = []
+    for attempt in range(1, tries + 1):
+        server = start_server(arm, round_=round_, log_path=log_path,
+                              argv_for_port=argv_for_port)
+        lives.append(server)
+        ports.append(server.port)
+        try:
+            return server.wait_ready(should_stop)
+        except PortTaken as e:
+            if arm.port != "auto":
+                raise
+            if attempt == tries:
+                raise PortTaken(f"{e.message} (port: auto; {tries} starts, on ports "
+                                f"{', '.join(map(str, ports))}, each found its port taken)",
+                                where=e.where, hint=e.hint, log_tail=e.log_tail) from None
+            line = (f"port {server.port} was taken before the server bound it: {e.message}; "
+                    f"starting again on another port (start {attempt + 1} of {tries})")
+            server._log(line)
+            server.stop()
+            say(f"  {arm.name} round {round_}: {line}")
+    raise AssertionError("unreachable: the last start returns or raises")
 
 
 def _spawn(arm: ResolvedArm, round_: int, port: int, argv: list[str], env: dict[str, str],

@@ -4,10 +4,13 @@ no server left. The same faults in the real llama-server: tests/real/test_faults
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -364,28 +367,28 @@ def test_interrupt_after_the_last_server_keeps_the_run_complete(
     wait_gone(timeout=5)
 
 
-def test_a_stray_server_on_the_port_is_never_measured(tmp_path: Path, ref: Path, results: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """A process that took the automatic port before the arm's server could bind it
-    answers /health: abbench must notice it is not its own server and measure nothing."""
+@contextlib.contextmanager
+def _stray(tmp_path: Path, ref: Path, *, age: float = 0.0,
+           env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A reference server of no run's (another file, so the run's checks for its own
+    server never match it) listening on a free port, at least ``age`` seconds old; killed
+    on leaving."""
     import socket
     import sys
 
-    from abbench.campaign.runner import Campaign, RunOptions
-    from abbench.config.loader import load_config
-    from abbench.server import process as arms_mod
+    import psutil
+    import requests
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     stray_path = tmp_path / "stray" / "refserver_stray.py"
-    stray_path.parent.mkdir()
+    stray_path.parent.mkdir(exist_ok=True)
     stray_path.write_bytes(ref.read_bytes())
     stray = subprocess.Popen([sys.executable, str(stray_path), "--port", str(port)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env={**os.environ, **(env or {})})
     try:
-        import requests
-
         def up() -> bool:
             try:
                 return requests.get(f"http://127.0.0.1:{port}/health", timeout=1).ok
@@ -393,23 +396,83 @@ def test_a_stray_server_on_the_port_is_never_measured(tmp_path: Path, ref: Path,
                 return False
 
         wait_for(up, 30, "the stray server")
-        # the check calls a listener a stray when it started over 0.5 s before our server
-        # (a start-time tolerance): make the stray that old, whatever the machine's speed
-        import psutil
-
         born = psutil.Process(stray.pid).create_time()
-        wait_for(lambda: time.time() - born > 1.0, 5, "the stray to be a second old")
-        monkeypatch.setattr(arms_mod, "free_port", lambda host: port)  # the race, forced
-        arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []}, rounds=1)
-        out = Campaign(load_config(arms), RunOptions(results=results)).execute()
+        wait_for(lambda: time.time() - born > age, 5, f"the stray to be {age:g} s old")
+        yield stray, port
     finally:
         stray.kill()
         stray.wait()
+
+
+def test_a_stray_server_on_the_port_is_never_measured(tmp_path: Path, ref: Path, results: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that took the automatic port before the arm's server could bind it
+    answers /health: abbench must notice it is not its own server and measure nothing;
+    the port chosen again is the same one each time here, so every start fails."""
+    from abbench.campaign.runner import Campaign, RunOptions
+    from abbench.config.loader import load_config
+    from abbench.server import process as arms_mod
+
+    # the check calls a listener a stray when it started over 0.5 s before our server
+    # (a start-time tolerance): make the stray that old, whatever the machine's speed
+    with _stray(tmp_path, ref, age=1.0) as (stray, port):
+        monkeypatch.setattr(arms_mod, "free_port", lambda host: port)  # the race, forced
+        arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []}, rounds=1)
+        out = Campaign(load_config(arms), RunOptions(results=results)).execute()
     failed = [s for s in slots(out.run.path) if s["status"] == "failed"]
     assert len(failed) == 2 and out.status == "complete" and out.failed_slots == 2
     assert all(f"port {port} answered, but from pid {stray.pid}" in s["reason"] for s in failed)
+    assert all(f"3 starts, on ports {port}, {port}, {port}" in s["reason"] for s in failed)
     assert not samples(out.run.path)  # nothing measured from the stray
     wait_gone(timeout=5)
+
+
+class _Said:
+    def start(self, total_slots: int) -> None: ...
+    def slot(self, index: int, arm: str, round_: int, what: str) -> None: ...
+    def finish(self) -> None: ...
+
+    def log(self, message: str) -> None:
+        self.said = [*getattr(self, "said", []), message]
+
+
+@pytest.mark.parametrize("stray_kind", ["older", "another life"])
+def test_a_taken_auto_port_is_chosen_again(tmp_path: Path, ref: Path, results: Path,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           stray_kind: str) -> None:
+    """Issue 28's failed vLLM run: another process took the port abbench chose before
+    the arm's server bound it. With port: auto the life starts again on a port chosen
+    again, says so in the log, and measures; nothing comes from the stray. 'another
+    life': the stray is another run's server (it carries another life's token) and is
+    younger than ours, as the concurrent run's was: its age does not excuse it."""
+    from abbench.campaign.runner import Campaign, RunOptions
+    from abbench.config.loader import load_config
+    from abbench.server import ports, process
+    from abbench.server.tree import LIFE_VAR
+
+    older = stray_kind == "older"
+    with _stray(tmp_path, ref, age=1.0 if older else 0.0,
+                env=None if older else {LIFE_VAR: "another-run"}) as (stray, port):
+        chosen = itertools.cycle([port, None])  # each life's first start loses the race
+        monkeypatch.setattr(process, "free_port",
+                            lambda host: next(chosen) or ports.free_port(host))
+        if not older:  # ours started before the stray bound the port: 'since' is later
+            real = process.foreign_listener
+            monkeypatch.setattr(process, "foreign_listener", lambda p, since, *a, **k:
+                                real(p, since - 3600, *a, **k))
+        arms = ref_arms(tmp_path / "a.yaml", ref, {"a": [], "b": []}, rounds=1)
+        said = _Said()
+        out = Campaign(load_config(arms), RunOptions(results=results), progress=said).execute()
+        assert stray.poll() is None  # not ours: left running
+    assert out.status == "complete" and out.failed_slots == 0
+    assert {(s["arm"], s["status"]) for s in slots(out.run.path)} == {("a", "ok"), ("b", "ok")}
+    retries = [m for m in said.said if f"port {port} was taken before the server bound it" in m]
+    assert len(retries) == 2 and all("start 2 of 3" in m for m in retries), said.said
+    assert all(f"answered, but from pid {stray.pid}" in m for m in retries), said.said
+    assert {s["arm"] for s in samples(out.run.path)} == {"a", "b"}
+    logs = list(out.run.path.rglob("*.log"))
+    assert any(f"# abbench: port {port} was taken" in p.read_text() for p in logs)
+    wait_gone(str(ref), timeout=5)
 
 
 def test_abbench_killed_right_after_the_fork_leaves_no_grandchild(tmp_path: Path, ref: Path

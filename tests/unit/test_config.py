@@ -106,6 +106,14 @@ def test_secrets_redacted_for_storage(tmp_path: Path):
     assert "hunter2" not in str(stored)
 
 
+def test_a_flag_value_is_redacted_but_not_a_word_after_a_hyphenated_one() -> None:
+    """'16-token blocks' (a trace workload's description) is no --token flag."""
+    from abbench.config.secrets import redact
+
+    assert redact("serve --api-key hunter2 -token=s3cret") == "serve --api-key *** -token=***"
+    assert redact("16-token blocks, speed 1x") == "16-token blocks, speed 1x"
+
+
 @pytest.mark.parametrize(("patch", "needle"), [
     ("rounds: 4", "rounds: 4\nroundz: 3"),
     ("rounds: 4", "rounds: many"),

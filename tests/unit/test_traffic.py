@@ -170,3 +170,28 @@ def test_workload_config_for_trace_and_sessions() -> None:
                      ({"trace": {"file": "t"}, "sessions": {}}, "takes one trace: mapping")):
         with pytest.raises(ValueError, match=re.escape(msg)):
             Workload.model_validate(bad)
+
+
+def test_the_h200_trace_is_what_its_command_writes(tmp_path: Path) -> None:
+    """arms/traces/h200-mooncake-8k-32k.jsonl is what the command in arms/h200-trace.yaml
+    writes (--input-sigma and --output-sigma through the CLI): prompts of 8K-32K tokens,
+    shared prefixes of 8K-32K."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    stored = root / "arms" / "traces" / "h200-mooncake-8k-32k.jsonl"
+    header = (root / "arms" / "h200-trace.yaml").read_text()
+    command = re.search(r"#   abbench trace make (.*?)\n#     (.*?)\n#     -o ", header)
+    assert command, "the command is in the arms file's header"
+    args = " ".join(command.groups()).replace("\\", "").split()
+    out = tmp_path / "t.jsonl"
+    p = subprocess.run([sys.executable, "-m", "abbench.cli", "trace", "make", *args,
+                        "-o", str(out)], capture_output=True, text=True, check=False)
+    assert p.returncode == 0, p.stderr
+    assert out.read_bytes() == stored.read_bytes()
+    rows = [json.loads(line) for line in stored.read_text().splitlines()]
+    chain = max(-(-r["input_length"] // 512) for r in rows)  # ids below 4 chains: shared
+    shared = [512 * sum(1 for i in r["hash_ids"] if i < 4 * chain) for r in rows]
+    assert min(shared) >= 8192 and max(r["input_length"] for r in rows) <= 32768, shared
