@@ -36,10 +36,9 @@ from abbench.model.records import QualityCommand, QualitySample, Record, SlotRec
 from abbench.model.rounds import read_state
 from abbench.model.runmeta import Environment, HostFingerprint, HostMeta, RunMeta
 from abbench.model.shardplan import ShardPlan, shard_schedule
-from abbench.report.compare import stored_config
-from abbench.report.formats import render_json
-from abbench.report.markdown import Report, render_report
-from abbench.report.table import Table, table_of
+from abbench.report.compare import write_run_report
+from abbench.report.markdown import Report
+from abbench.report.table import Table
 from abbench.store.run import RUN_FILE, SAMPLES_FILE, SCHEMA_VERSION, Run, atomic_write, record_line
 
 CAMPAIGN_FILE = "campaign.json"
@@ -366,9 +365,6 @@ def gather(folder: Path, *, allow_mixed_hosts: bool | None = None,
     run = Run(folder)
     atomic_write(folder / SAMPLES_FILE, "".join(record_line(r) for r in records))
     run.write_meta(meta)
-    table = table_of(records, meta, config=stored_config(folder))
-    report = render_report(table)
-    run.write_text("report.md", report.text)
-    run.write_text("report.json", render_json(table))
+    table, report = write_run_report(run, records, run.info())
     failed = sum(1 for r in records if isinstance(r, SlotRecord) and r.failed)
     return Gathered(run, table, report, progress, failed, mixed, problems)

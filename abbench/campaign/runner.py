@@ -60,14 +60,10 @@ from abbench.model.records import (
 from abbench.model.rounds import complete_rounds, read_state
 from abbench.model.runmeta import PromptDigest, RunMeta
 from abbench.model.schedule import Slot
-from abbench.report.compare import stored_config
-from abbench.report.formats import render_json
-from abbench.report.markdown import Report, note_text, render_report
+from abbench.report.compare import write_run_report
+from abbench.report.markdown import Report, note_text
 from abbench.report.notes import exposure_note
-from abbench.report.pareto_plot import write_capacity
 from abbench.report.setup import life_line
-from abbench.report.sweep import write_sweep
-from abbench.report.table import Note, table_of
 from abbench.server.interrupts import handle_signals, shielded
 from abbench.server.life import startup_sample, system_fingerprints
 from abbench.server.process import Server, start_ready
@@ -320,16 +316,7 @@ class Campaign:
 
     def write_report(self, meta: RunMeta) -> Report:
         assert self.run is not None
-        records = self.run.records()
-        table = table_of(records, meta, config=stored_config(self.run.path))
-        if write_sweep(records, meta, self.run.path / "sweep.png"):
-            table.notes.append(Note("sweep_plot", {"path": "sweep.png"}))
-        if write_capacity(records, meta, self.run.path / "capacity.png"):
-            table.notes.append(Note("capacity_plot", {"path": "capacity.png"}))
-        report = render_report(table)
-        self.run.write_text("report.md", report.text)
-        self.run.write_text("report.json", render_json(table))
-        return report
+        return write_run_report(self.run, self.run.records(), meta)[1]
 
     def record(self, rec: Record) -> None:
         assert self.run is not None

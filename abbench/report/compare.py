@@ -14,8 +14,10 @@ from abbench.model.rounds import comparable_records
 from abbench.model.runmeta import ArmMeta, Environment, RunMeta
 from abbench.report.export import render_bencher, render_github
 from abbench.report.formats import render_csv, render_json
-from abbench.report.markdown import render_markdown
+from abbench.report.markdown import Report, render_markdown, render_report
+from abbench.report.pareto_plot import write_capacity
 from abbench.report.setup import fill_vars, flag_diffs
+from abbench.report.sweep import write_sweep
 from abbench.report.table import Note, Table, compute_table, table_of
 from abbench.store.run import Run, open_run
 
@@ -34,6 +36,20 @@ def run_table(run: Run, *, baseline: str | None = None, problems: list[str] | No
     """A stored run's table, computed again from its samples."""
     return table_of(run.records(problems), run.info(), baseline=baseline, rows=rows,
                     config=stored_config(run.path))
+
+
+def write_run_report(run: Run, records: list[Record], meta: RunMeta) -> tuple[Table, Report]:
+    """Write a run's report.md and report.json, with its sweep and capacity plots where it
+    has load levels or a capacity search: what ``run``, ``--resume`` and ``gather`` leave."""
+    table = table_of(records, meta, config=stored_config(run.path))
+    if write_sweep(records, meta, run.path / "sweep.png"):
+        table.notes.append(Note("sweep_plot", {"path": "sweep.png"}))
+    if write_capacity(records, meta, run.path / "capacity.png"):
+        table.notes.append(Note("capacity_plot", {"path": "capacity.png"}))
+    report = render_report(table)
+    run.write_text("report.md", report.text)
+    run.write_text("report.json", render_json(table))
+    return table, report
 
 
 def stored_config(folder: Path) -> dict[str, Any] | None:

@@ -10,8 +10,9 @@ from abbench.report.tablemodel import Table
 from abbench.report.text import md_escape
 from abbench.stats.blocks import BlockComparison
 from abbench.stats.decide import PROB
+from abbench.stats.families import SELECT
 from abbench.stats.kinds import MIRRORS
-from abbench.stats.paired import SELECT, Comparison
+from abbench.stats.paired import Comparison
 
 
 def _pct(x: float, digits: int = 1) -> str:

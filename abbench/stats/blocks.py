@@ -24,7 +24,7 @@ The rule, in one-way ANOVA terms (hosts as groups of rounds):
 
 The verdict rule is paired's: "changed" when the p of "beyond the band"
 (:func:`~abbench.stats.paired.p_beyond_band_se`, with the interval's df) is below alpha
-(and survives Benjamini-Hochberg over the table in :func:`~abbench.stats.paired.adjust`),
+(and survives Benjamini-Hochberg over the table in :func:`~abbench.stats.families.adjust`),
 "within noise" when the 1 - 2 alpha interval lies inside the band, "inconclusive"
 otherwise. A host is flagged by name when
 |d_h - mean of the others| exceeds :data:`FLAG_SE` standard errors of that difference

@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 
 from abbench.stats.blocks import compare_blocks
 from abbench.stats.counts import compare_counts
+from abbench.stats.families import adjust
 from abbench.stats.kinds import family, kind
-from abbench.stats.paired import Comparison, adjust, compare
+from abbench.stats.paired import Comparison, compare
 
 
 def compare_cell(metric: str, base: Mapping[int, float], arm: Mapping[int, float], *,

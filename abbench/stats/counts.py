@@ -13,7 +13,7 @@ t on rounds would read that as no noise at all; the counts themselves are tested
 
 "changed" needs p < alpha (after Benjamini-Hochberg in the cell's family) and the
 interval wholly outside the band; "within noise" the interval wholly inside. The
-rounds an undecided cell needs come with the table's adjustment (:func:`paired.adjust`).
+rounds an undecided cell needs come with the table's adjustment (:func:`families.adjust`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The answer is a predictive probability, not a point solve: the true sd is drawn 
 the sampling distribution of the sd seen (sigma^2 = s^2 df / chi^2_df, at
 :data:`SD_POINTS` quantiles; the sd pooled over the cells of one metric in a family,
 which share the server's noise, with their degrees of freedom:
-:func:`abbench.stats.paired.adjust`), and the true effect from its distribution given
+:func:`abbench.stats.families.adjust`), and the true effect from its distribution given
 the rounds so far: a flat prior, or, where like cells (one metric in one family) show
 how far true effects spread around 0, a normal prior of that spread (empirical Bayes),
 which pulls an estimate that is mostly noise back towards 0. The sd the N rounds will

@@ -16,7 +16,7 @@ The multiplicity family (:func:`family`): the table's shown timed cells, except 
 that mirror another (server timings beside the client's, the device's memory beside the
 process tree's), are one family (``table``); its shown counted cells another
 (``counts``); hidden rows and mirrors a third ("Also changed", ``also``); exact cells are
-in none. How the families share alpha: :func:`abbench.stats.paired.adjust`.
+in none. How the families share alpha: :func:`abbench.stats.families.adjust`.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ from abbench.stats.blocks import (
     host_interval,
     round_hosts,
 )
-from abbench.stats.paired import adjust, as_json, compare, t_interval
+from abbench.stats.families import adjust
+from abbench.stats.paired import as_json, compare, t_interval
 from abbench.store.run import Run
 from tests.faultkit import cli, ref_arms
 

@@ -20,6 +20,7 @@ from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.noise_floor import band_yaml, noise_floor, render_calibration
 from abbench.report.table import table_of
+from abbench.stats import families
 from abbench.stats import paired as stats
 from abbench.stats.paired import compare
 from abbench.stats.stopping import block_size, planned_looks, stop_reason
@@ -174,7 +175,7 @@ def test_wilcoxon_alone_cannot_say_changed_when_t_disagrees() -> None:
     assert c is not None and c.test.startswith("paired t") and c.outliers["d"] == [1, 3]
     assert c.wilcoxon_p == pytest.approx(2 / 64) and c.hl_lo is not None and c.hl_lo > 0.01
     assert c.t_lo is not None and c.t_lo < 0.01  # the t interval does not clear the band
-    assert c.verdict == "inconclusive" and stats.adjust([c])[0].rounds_needed is not None
+    assert c.verdict == "inconclusive" and families.adjust([c])[0].rounds_needed is not None
     # a clear effect with one wild round: Wilcoxon alone would say changed, the t test
     # (widened by the wild round) does not: inconclusive, and the report says why
     d = D.copy()
@@ -201,18 +202,18 @@ def test_the_adjustment_can_demote_changed() -> None:
     assert c.p_raw is not None and 0.05 / 400 < c.p_raw < 0.05
     # cells whose estimate sits well inside the band (p near 1) do not dilute the one
     # that moved
-    assert null.p_raw is not None and null.p_raw > stats.SELECT
-    out = stats.adjust([c] + [null] * 399)
+    assert null.p_raw is not None and null.p_raw > families.SELECT
+    out = families.adjust([c] + [null] * 399)
     assert out[0].verdict == "changed" and out[0].comparisons == 400
-    assert out[0].p == pytest.approx(c.p_raw / stats.SELECT)  # alone in the test
+    assert out[0].p == pytest.approx(c.p_raw / families.SELECT)  # alone in the test
     # cells beyond the band but not clear of it (p 0.3) do
     beyond = replace(null, p_raw=0.3, p=0.3)
-    out = stats.adjust([c] + [beyond] * 399)
+    out = families.adjust([c] + [beyond] * 399)
     assert out[0].verdict == "inconclusive" and out[0].comparisons == 400
-    assert out[0].p == pytest.approx(min(1.0, 400 * c.p_raw / stats.SELECT))
+    assert out[0].p == pytest.approx(min(1.0, 400 * c.p_raw / families.SELECT))
     assert out[0].rounds_needed is not None and out[0].rounds_needed > c.n
     # a family of one cell keeps its p
-    assert stats.adjust([c])[0].p == c.p_raw
+    assert families.adjust([c])[0].p == c.p_raw
 
 
 def test_per_metric_noise_band() -> None:
@@ -369,7 +370,7 @@ def test_rounds_to_decide_is_a_probability_and_names_bimodal_noise() -> None:
     two = np.log(np.r_[np.full(4, 100.0), np.full(4, 109.0)] * np.exp(rng.normal(0, 0.003, 8)))
     assert bimodal_gap(two) is not None and bimodal_gap(rng.normal(0, 0.01, 8)) is None
     b, a = _pair(np.array([0.02, 0.03, -0.01, 0.025, 0.04, -0.02]))
-    c = stats.adjust([compare(b, a)])[0]
+    c = families.adjust([compare(b, a)])[0]
     text = more_rounds(c)
     assert text.startswith(("about", "needs >")) and ("(80%" in text or "needs >" in text)
     assert "bimodal" in more_rounds(replace(c, bimodal=0.086))
@@ -401,18 +402,18 @@ def test_rows_not_shown_are_gated_by_the_table_and_the_sd_is_moderated() -> None
     null = compare(*_pair(np.array([0.001, -0.001, 0.0005, -0.0005, 0.0, 0.0002, -0.0002,
                                     0.0001])), noise_band=0.001)
     assert moved is not None and null is not None and moved.verdict == "changed"
-    closed = stats.adjust([null, moved], ["table", "also"])
+    closed = families.adjust([null, moved], ["table", "also"])
     assert closed[1].verdict == "inconclusive" and closed[1].p == 1.0
     assert closed[1].family == "also" and closed[1].rounds_needed is not None
-    opened = stats.adjust([moved, moved], ["table", "also"])
+    opened = families.adjust([moved, moved], ["table", "also"])
     assert [c.verdict for c in opened] == ["changed", "changed"]
-    alone = stats.adjust([moved], ["also"])  # no table family: all of alpha
+    alone = families.adjust([moved], ["also"])  # no table family: all of alpha
     assert alone[0].verdict == "changed"
     same = [replace(null, sd_log=s) for s in (0.010, 0.011, 0.009, 0.0105)]
-    pool = stats.pooled_sd(same)
+    pool = families.pooled_sd(same)
     assert pool is not None and not pool.prior and pool.df == 4 * 7
     apart = [replace(null, sd_log=s) for s in (0.001, 0.1, 0.002, 0.05, 0.0005, 0.2)]
-    pool = stats.pooled_sd(apart)
+    pool = families.pooled_sd(apart)
     assert pool is not None and pool.prior and pool.df < 6 * 7
     sd, df = pool.moderate(0.001, 7)
     assert 0.001 < sd < pool.sd and df == pool.df + 7
