@@ -220,11 +220,20 @@ OPT_IN = {
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The ``real`` marker, by folder: every test under tests/real/. :data:`OPT_IN`
-    tests run only when their marker is asked for."""
+    tests run only when their marker is asked for.
+
+    Under pytest-xdist (``-n 2 --dist loadgroup``, as scripts/test.sh runs it), every
+    real test is in one group: the real servers run one at a time, each on its one
+    thread, while the other worker takes the reference-server and unit tests, a file
+    at a time (so module and session fixtures are made once per file, not per test)."""
     expr = config.getoption("markexpr", "") or ""
     for item in items:
-        if REAL_DIR in Path(str(item.fspath)).resolve().parents:
+        path = Path(str(item.fspath)).resolve()
+        if REAL_DIR in path.parents:
             item.add_marker(pytest.mark.real)
+            item.add_marker(pytest.mark.xdist_group("real"))
+        else:
+            item.add_marker(pytest.mark.xdist_group(str(path.relative_to(ROOT))))
         for marker, reason in OPT_IN.items():
             if item.get_closest_marker(marker) and marker not in expr:
                 item.add_marker(pytest.mark.skip(reason=reason))
