@@ -77,5 +77,5 @@ def test_code_and_think_fingerprint_on_the_real_server(tmp_path: Path,
     assert all(r["fingerprint"] and not r["errors"] and r["prompts"] == 12 for r in fps)
     by_set = {s: {r["fingerprint"] for r in fps if r["set"] == s} for s in ("code", "think")}
     assert all(len(v) == 1 for v in by_set.values())  # the same build: the same outputs
-    assert "0 of 12 cold code prompts differ" in res.output
+    assert "0 of 12 cold code prompts differ" in (run.path / "report.md").read_text()
     assert no_process_left(started_pids(servers=True))

