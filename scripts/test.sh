@@ -8,6 +8,6 @@ export LLAMA_SERVER SMOLLM2_GGUF
 .venv/bin/ruff check abbench tests benchmarks
 .venv/bin/lint-imports
 .venv/bin/python -m mypy
-# Two workers (pytest-xdist): the real-server tests in one, one at a time; the rest in
-# the other (tests/conftest.py groups them). -n 0 runs everything in one process.
-exec .venv/bin/python -m pytest -q -n "${ABBENCH_TEST_WORKERS:-2}" --dist loadgroup "$@"
+# Two workers (pytest-xdist), each taking the next test as it frees; -n 0 after the
+# script's name (or ABBENCH_TEST_WORKERS=0) runs everything in one process, in order.
+exec .venv/bin/python -m pytest -q -n "${ABBENCH_TEST_WORKERS:-2}" "$@"

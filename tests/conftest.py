@@ -222,21 +222,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The ``real`` marker, by folder: every test under tests/real/. :data:`OPT_IN`
     tests run only when their marker is asked for.
 
-    Under pytest-xdist (``-n 2 --dist loadgroup``, as scripts/test.sh runs it), the
-    llama-server tests of tests/real/ are one group: they run one at a time on one
-    worker, each server on its one thread; the vLLM campaign is a group of its own, and
-    the other worker takes it and the reference-server and unit tests, a file at a time
-    (so module and session fixtures are made once per file, not per test)."""
+    Under pytest-xdist (``-n 2``, as scripts/test.sh runs it) each worker takes the
+    next test as it frees: two real servers may run at once, each on its one thread."""
     expr = config.getoption("markexpr", "") or ""
     for item in items:
-        path = Path(str(item.fspath)).resolve()
-        if REAL_DIR in path.parents:
+        if REAL_DIR in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.real)
-            # vLLM's 6 lives (12 minutes, its own threads) beside the llama-server ones
-            item.add_marker(pytest.mark.xdist_group(
-                "vllm" if path.name == "test_vllm_e2e.py" else "real"))
-        else:
-            item.add_marker(pytest.mark.xdist_group(str(path.relative_to(ROOT))))
         for marker, reason in OPT_IN.items():
             if item.get_closest_marker(marker) and marker not in expr:
                 item.add_marker(pytest.mark.skip(reason=reason))
