@@ -25,10 +25,11 @@ from abbench.config.loader import load_config
 from abbench.config.overrides import with_stats
 from abbench.config.schema import ArmConfig, Config
 from abbench.errors import ConfigError
-from abbench.model.metrics import METRICS
+from abbench.model.metrics import METRICS, spec
 from abbench.model.rows import SERVER_ROW, RowKey
 from abbench.report.compare import run_table
-from abbench.report.selection import find_rows, name_row
+from abbench.report.selection import name_row
+from abbench.report.tablemodel import row_label
 from abbench.server.gitarms import build_arms, commit_range, pin
 from abbench.store.run import Run
 
@@ -54,22 +55,18 @@ def _step_config(cfg: Config, template: ArmConfig, ends: dict[str, str]) -> Conf
     return cfg.model_copy(update={"arms": arms, "baseline": "good", "variants": None})
 
 
-def _verdict(run: Run, row: str, metric: str, baseline: str, arm: str) -> str:
-    """The verdict of ``arm``'s cell in the row ``row`` names (a row id or its label)."""
+def _verdict(run: Run, key: RowKey, baseline: str, arm: str) -> str:
+    """The verdict of ``arm``'s cell in the row ``key`` (resolved once, from --row)."""
     table = run_table(run, baseline=baseline, rows="all")
-    found = find_rows(table.rows + table.hidden, row, metric)
-    if len(found) == 1:
-        cell = found[0].cells.get(arm)
-        if cell is None or cell.comparison is None:
-            return "missing"
-        return cell.comparison.verdict
-    if found:
-        raise ConfigError(f"run {run.id}: {row!r} names {len(found)} rows of metric "
-                          f"{metric!r}", hint="name one: "
-                          + ", ".join(repr(r.label) for r in found))
-    rows = sorted({r.workload for r in table.rows + table.hidden})
-    raise ConfigError(f"run {run.id} has no row {row!r} with metric {metric!r}",
-                      hint=f"rows: {', '.join(rows)}")
+    found = next((r for r in table.rows + table.hidden if r.key == key), None)
+    if found is None:
+        rows = sorted({r.label for r in table.rows + table.hidden})
+        raise ConfigError(f"run {run.id} has no row {row_label(key, spec(key.metric))!r}",
+                          hint=f"rows: {', '.join(rows)}")
+    cell = found.cells.get(arm)
+    if cell is None or cell.comparison is None:
+        return "missing"
+    return cell.comparison.verdict
 
 
 def _row(cfg: Config, text: str, metric: str | None) -> RowKey:
@@ -130,9 +127,9 @@ def bisect(arms_file: Path, *, good: str, bad: str, row: str, metric: str | None
         opts = RunOptions(results=results, config_path=str(arms_file))
         outcome = Campaign(step_cfg, opts, progress=progress).execute()
         run = outcome.run
-        v_bad = _verdict(run, row, metric, "good", "bad")
-        v_mid_good = _verdict(run, row, metric, "good", "mid")
-        v_mid_bad = _verdict(run, row, metric, "bad", "mid")
+        v_bad = _verdict(run, key, "good", "bad")
+        v_mid_good = _verdict(run, key, "good", "mid")
+        v_mid_bad = _verdict(run, key, "bad", "mid")
         step = {"lo": lo, "mid": mid, "hi": hi, "sha": commits[mid], "run": run.id,
                 "run_path": str(run.path), "bad_vs_good": v_bad, "mid_vs_good": v_mid_good,
                 "mid_vs_bad": v_mid_bad, "table": outcome.report_md}

@@ -1,5 +1,5 @@
 """Which rows the PR table shows (:func:`pick_rows`), and the way back from the words a
-user types to a row (:func:`find_rows`)."""
+user types to a row (:func:`name_rows`)."""
 
 from __future__ import annotations
 
@@ -21,15 +21,6 @@ def _labels(key: RowKey, sp: MetricSpec) -> tuple[str, str]:
     """A row's label as the table shows it, with and without its unit, folded."""
     label = row_label(key, sp)
     return _fold(label), _fold(label.removesuffix(f" ({sp.unit})" if sp.unit else ""))
-
-
-def find_rows(rows: list[Row], text: str, metric: str | None = None) -> list[Row]:
-    """The rows ``text`` names: a row id (``decode 32K``) or a label as the table shows
-    it, with or without its unit (``decode 32K TTFT (ms)``, ``decode 32K TTFT``), case
-    and surrounding spaces ignored; of ``metric`` when given."""
-    want = _fold(text)
-    return [r for r in rows if (metric is None or r.metric == metric)
-            and (want == _fold(r.workload) or want in _labels(r.key, r.spec))]
 
 
 #: labels listed when a row is not found, before the rest are counted
@@ -69,12 +60,15 @@ def name_rows(texts: Iterable[str], keys: Iterable[RowKey], *, where: str,
 
 def name_row(text: str, keys: Iterable[RowKey], metric: str | None, *, where: str,
              default: str = "decode_tok_s", shown: Iterable[RowKey] | None = None) -> RowKey:
-    """The one row, of one metric, that ``text`` names (:func:`name_rows`): of
-    ``metric`` when given, else of the metric its label names, else ``default``."""
+    """The one row, of one metric, that ``text`` names (:func:`name_rows`), its whole key:
+    of ``metric`` when given, else of the metric its label names, else ``default``."""
     keys = [k for k in keys if metric is None or k.metric == metric]
-    hits = {h if h.metric else h.of(metric or default)
-            for h in name_rows([text], keys, where=where, listed=[metric or default],
-                               shown=shown)}
+    want = metric or default
+    hits: set[RowKey] = set()
+    for h in name_rows([text], keys, where=where, listed=[want], shown=shown):
+        # a row id: the whole key of each row of that id (two decode lengths are two)
+        hits |= {h} if h.metric else ({k for k in keys if k.workload == h.workload
+                                        and k.metric == want} or {h.of(want)})
     if len(hits) > 1:
         raise ConfigError(f"{text!r} names {len(hits)} rows", where=where, hint="name one: "
                           + ", ".join(sorted(f"'{row_label(h, spec(h.metric))}'"

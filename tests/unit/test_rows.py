@@ -10,7 +10,7 @@ from abbench.errors import ConfigError
 from abbench.model.records import parse_records
 from abbench.model.rounds import round_values
 from abbench.model.rows import RowKey
-from abbench.report.selection import find_rows, name_row, name_rows
+from abbench.report.selection import name_row, name_rows
 from abbench.report.table import table_of
 from tests.recordkit import lives
 
@@ -60,11 +60,13 @@ def test_same_row_id_different_decode_length_stays_two_rows() -> None:
 def test_a_label_resolves_to_its_row() -> None:
     table = table_of(parse_records(lives(samples("decode 1K", 64, 50.0))), META, rows="all")
     rows = table.rows + table.hidden
-    (ttft,) = find_rows(rows, "decode 1K TTFT (ms)")
-    assert ttft.key == RowKey("decode 1K", "ttft_ms", 1024, 64)
-    assert find_rows(rows, "  Decode 1K  ttft ") == [ttft]  # no unit, case, spaces
-    assert find_rows(rows, "decode 1K", "ttft_ms") == [ttft]  # the row id and a metric
-    assert find_rows(rows, "decode 2K") == []
+    keys = [r.key for r in rows]
+    (ttft,) = name_rows(["decode 1K TTFT (ms)"], keys, where="--row")
+    assert ttft == RowKey("decode 1K", "ttft_ms", 1024, 64)
+    assert name_rows(["  Decode 1K  ttft "], keys, where="--row") == [ttft]  # no unit, case
+    assert name_row("decode 1K", keys, "ttft_ms", where="--row") == ttft  # id and metric
+    with pytest.raises(ConfigError, match="no row 'decode 2K'"):
+        name_rows(["decode 2K"], keys, where="--row")
 
 
 def test_a_label_as_the_table_shows_it_resolves_to_its_row() -> None:
@@ -78,8 +80,7 @@ def test_a_label_as_the_table_shows_it_resolves_to_its_row() -> None:
     assert name_rows(["Decode  32k TTFT"], keys, where="--workload") == [decode.of("ttft_ms")]
     assert name_rows(["decoder 1K (tok/s)", "decode 32K"], keys, where="--workload") == [
         decoder.of("decode_tok_s"), RowKey("decode 32K")]
-    assert name_row("decoder 1K", keys, None, where="--row") == RowKey("decoder 1K",
-                                                                        "decode_tok_s")
+    assert name_row("decoder 1K", keys, None, where="--row") == decoder.of("decode_tok_s")
     assert name_row("decoder 1K TTFT (ms)", keys, None, where="--row") == decoder.of("ttft_ms")
     assert name_row("decode 32K", keys, "ttft_ms", where="--row").metric == "ttft_ms"
     with pytest.raises(ConfigError) as e:
