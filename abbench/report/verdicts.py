@@ -40,6 +40,8 @@ def more_rounds(c: Comparison) -> str:
             return "needs many more hosts"
         k = max(1, c.hosts_needed - have)
         return f"~{k} more host{'s' if k > 1 else ''}"
+    if c.verdict == "too_few_rounds":  # one round: no spread yet, so no estimate either
+        return "needs a 2nd round to show its noise"
     bimodal = ", bimodal noise" if c.bimodal is not None else ""
     if c.rounds_needed is None or c.rounds_needed > MANY_ROUNDS:
         return f"needs >{MANY_ROUNDS} rounds{f' ({bimodal[2:]})' if bimodal else ''}"

@@ -20,6 +20,7 @@ from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.noise_floor import band_yaml, noise_floor, render_calibration
 from abbench.report.table import table_of
+from abbench.report.verdicts import more_rounds, render_comparison
 from abbench.stats import families
 from abbench.stats import paired as stats
 from abbench.stats.paired import compare
@@ -152,6 +153,7 @@ def test_verdict_within_noise_inconclusive_too_few() -> None:
     # one round: no interval, no verdict
     c = compare(*_pair(np.array([0.3])))
     assert c is not None and c.verdict == "too_few_rounds" and c.rounds_needed is None
+    assert render_comparison(c) == "(+35.0%) ? needs a 2nd round to show its noise"
 
 
 def test_outlier_in_d_is_flagged_and_the_t_interval_stays_the_estimate() -> None:
@@ -354,7 +356,6 @@ def test_kinds_say_which_metrics_can_be_exact() -> None:
 
 
 def test_rounds_to_decide_is_a_probability_and_names_bimodal_noise() -> None:
-    from abbench.report.verdicts import more_rounds
     from abbench.stats.decide import bimodal_gap, decide_probability, rounds_to_decide
 
     lo, hi = math.log1p(-0.01), math.log1p(0.01)
