@@ -20,9 +20,10 @@ def rounds_for(c: Comparison, alpha_changed: float, pooled: Pool | None = None) 
     """Rounds in all that would decide an undecided cell with 80% chance
     (:func:`abbench.stats.decide.rounds_to_decide`), "changed" at ``alpha_changed``
     (the family's adjusted level); None for a decided cell. ``pooled``: what the like
-    cells say of the noise (:func:`pooled_sd`): the cell's sd moderated towards theirs.
-    Under bimodal lives the sd is the two-level model's: lives at either level with
-    even odds on each arm."""
+    cells say of the noise (:func:`pooled_sd`): the cell's sd moderated towards theirs,
+    by a prior of however few degrees of freedom (one pooled over all only adds where
+    it has more than the cell's own). Under bimodal lives the sd is the two-level
+    model's: lives at either level with even odds on each arm."""
     if c.verdict not in ("inconclusive", "too_few_rounds") or c.change is None \
             or c.sd_log is None:
         return None
@@ -30,7 +31,7 @@ def rounds_for(c: Comparison, alpha_changed: float, pooled: Pool | None = None) 
     sd, known = c.sd_log, False
     df = None
     spread = None
-    if pooled is not None and pooled.df > c.n - 1:
+    if pooled is not None and (pooled.prior or pooled.df > c.n - 1):
         sd, df = pooled.moderate(c.sd_log, c.n - 1)
         spread = pooled.spread
     if c.bimodal is not None:

@@ -418,3 +418,18 @@ def test_rows_not_shown_are_gated_by_the_table_and_the_sd_is_moderated() -> None
     assert pool is not None and pool.prior and pool.df < 6 * 7
     sd, df = pool.moderate(0.001, 7)
     assert 0.001 < sd < pool.sd and df == pool.df + 7
+
+
+def test_a_weak_prior_still_moderates_the_rounds() -> None:
+    """A prior of the like cells' sd with no more degrees of freedom than the cell's own
+    (sds that differ more than chance, few rounds) still moderates the cell's sd: it was
+    skipped, and a cell whose three rounds happened to agree promised a verdict in a few
+    more rounds from its own sd alone."""
+    c = compare(*_pair(np.array([0.0100, 0.0099, 0.0101])))
+    assert c is not None and c.verdict == "inconclusive" and c.sd_log is not None
+    weak = families.Pool(sd=0.03, df=1, spread=None, prior=True)
+    own = families.rounds_for(c, 0.05)
+    moderated = families.rounds_for(c, 0.05, weak)
+    assert own is not None and (moderated is None or moderated > own)
+    sd, df = weak.moderate(c.sd_log, c.n - 1)
+    assert sd > c.sd_log and df == 1 + c.n - 1
