@@ -8,6 +8,7 @@ export LLAMA_SERVER SMOLLM2_GGUF
 .venv/bin/ruff check abbench tests benchmarks
 .venv/bin/lint-imports
 .venv/bin/python -m mypy
-# Two workers (pytest-xdist), each taking the next test as it frees; -n 0 after the
+# Two workers (pytest-xdist), each taking the next test as it frees, but the tests of
+# one xdist_group on one worker (the 30-run history is made once); -n 0 after the
 # script's name (or ABBENCH_TEST_WORKERS=0) runs everything in one process, in order.
-exec .venv/bin/python -m pytest -q -n "${ABBENCH_TEST_WORKERS:-2}" "$@"
+exec .venv/bin/python -m pytest -q -n "${ABBENCH_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from tests.ref.test_history import cli
-from tests.ref.test_history_acceptance import N_RUNS, STEP_AT, commit, history_30
+from tests.ref.test_history_acceptance import HISTORY_30, N_RUNS, STEP_AT, commit, history_30
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "history-site.png"
 
 __all__ = ["history_30"]  # the module's 30-run fixture, shared
+pytestmark = HISTORY_30  # on the worker that makes it
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,11 @@ def planted_rates(seed: int = 26) -> list[float]:
             for i in range(N_RUNS)]
 
 
+#: one worker makes the 30 runs once for this file and tests/browser/ (scripts/test.sh
+#: runs pytest-xdist with --dist loadgroup: a group's tests share a worker)
+HISTORY_30 = pytest.mark.xdist_group("history-30")
+pytestmark = HISTORY_30
+
 @pytest.fixture(scope="session")
 def history_30(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The 30 runs (about 2 minutes), made once per session: the browser tests share
