@@ -1,10 +1,11 @@
 """Speculative decoding on the real llama-server (SmolLM2-135M, one thread): n-gram
 drafting against none, on code edits whose answers repeat the code they quote (the
 built-in ``code-edit`` set) and on nonce prompts of random words. The acceptance rows
-come per prompt set, code edits above nonce, and the decode row is compared (decided on
-a quiet machine only: see the test). SmolLM2 drafting for itself (-md) accepted 1.000 of
-its drafts greedy and 0.2-0.4 sampled; it doubled this test's time and is left to
-docs/serving.md.
+come per prompt set, code edits above nonce, and the decode rows are compared (its servers
+run at nice -10 as root, ahead of the other test worker's processes; decided only when
+that worker leaves the memory bus alone: see the test). SmolLM2 drafting for itself
+(-md) accepted 1.000 of its drafts greedy and 0.2-0.4 sampled; it doubled this test's
+time and is left to docs/serving.md.
 
 Requests sample (temperature 0.8, one seed), as served chat does: greedy, SmolLM2-135M
 continues random words with a loop ("it is a story of the old man." again and again),
@@ -15,6 +16,7 @@ greedily that no real deployment's nonce text shows."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -44,6 +46,11 @@ def test_acceptance_rows_per_prompt_set(tmp_path: Path, real_parts: dict[str, st
     ngram = llama_start(real_parts, *mine, "--spec-type", "ngram-simple",
                         "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "8",
                         ctx=1024)
+    # the servers first on the CPU (as root: a negative nice), so that the other test
+    # worker's server and clients take what is left: on 2 cores shared with it, the arms'
+    # rounds varied by a CV of 23-27% at nice 0 and no verdict came at 3-5 rounds; at
+    # nice -10, 2-12% (docs/serving.md)
+    priority = "\n          nice: -10" if os.geteuid() == 0 else ""
     arms = write_arms(tmp_path / "arms.yaml", f"""
         rounds: 3
         warmup: 1
@@ -51,7 +58,7 @@ def test_acceptance_rows_per_prompt_set(tmp_path: Path, real_parts: dict[str, st
         defaults:
           preset: llama.cpp
           ready: {{timeout: 180}}
-          request_extra: {{temperature: 0.8, seed: 7}}
+          request_extra: {{temperature: 0.8, seed: 7}}{priority}
         arms:
           - {{name: none, start: {json.dumps(none)}}}
           - {{name: ngram, start: {json.dumps(ngram)}}}
@@ -75,20 +82,23 @@ def test_acceptance_rows_per_prompt_set(tmp_path: Path, real_parts: dict[str, st
     acc = {s: rows[("speculative " + s, "spec_accept_rate")]["cells"]
            for s in ("code-edit", "nonce")}
     drafted = rows[("speculative code-edit", "spec_drafted_per_token")]["cells"]
-    decode = rows[("speculative code-edit", "decode_tok_s")]["cells"]
+    decode = {s: rows[("speculative " + s, "decode_tok_s")]["cells"]
+              for s in ("code-edit", "nonce")}
     print("acceptance:", {s: {a: round(c["mean"], 3) for a, c in v.items()}
                           for s, v in acc.items()})
     print("drafted/token code-edit:", {a: round(c["mean"], 3) for a, c in drafted.items()})
-    print("decode code-edit:", {a: (round(c["mean"], 1), c.get("verdict"), c.get("change"))
-                                for a, c in decode.items()})
+    print("decode:", {s: {a: (round(c["mean"], 1), c.get("verdict"), c.get("change"))
+                          for a, c in v.items()} for s, v in decode.items()})
     assert "none" not in acc["code-edit"]  # nothing drafted: no rate, never a 0
     # the order a deployment shows: a draft looked up in the quoted code is usually right,
     # one looked up in random words seldom
     assert acc["code-edit"]["ngram"]["mean"] > acc["nonce"]["ngram"]["mean"] + 0.1
     assert drafted["none"]["mean"] == 0 and drafted["ngram"]["mean"] > 0
-    # compared like every row. Not asserted decided: with other jobs on the 2 cores the
-    # arms' rounds varied by a CV of 23-27% and no verdict came at 3, 4 or 5 rounds
-    # (docs/serving.md); at the 2-3% of a quiet machine, 3 rounds decide a -20% change
-    assert decode["ngram"]["verdict"] != "too_few_rounds", decode["ngram"]
+    # every decode row compared. Not asserted decided: beside another real test, at nice
+    # -10, the nonce set's row read -17.4% [-22.3, -12.2] ▼ at 3 rounds (drafts of random
+    # words are mostly rejected, and verifying them costs); beside a -j 2 compile no row
+    # was decided at 4 rounds (the baseline's rounds spread 11%: nice orders the CPU, not
+    # the memory bus). docs/serving.md has both runs
+    assert all(d["ngram"]["verdict"] != "too_few_rounds" for d in decode.values()), decode
     assert "| speculative code-edit acceptance |" in res.output
     assert no_process_left(started_pids(servers=True))
