@@ -19,7 +19,9 @@ from abbench.server.build import ensure_built
 from abbench.server.buildcache import list_builds
 from abbench.server.git import GitRef
 from abbench.server.recipes import llama_cpp
-from tests.gitkit import llama_git_repo
+from tests.gitkit import LLAMA_GIT_BUILDS, llama_git_repo
+
+pytestmark = LLAMA_GIT_BUILDS
 
 
 @pytest.fixture(scope="module")

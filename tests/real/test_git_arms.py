@@ -9,7 +9,9 @@ import math
 from pathlib import Path
 
 from tests.faultkit import cli, only_run
-from tests.gitkit import llama_git_repo
+from tests.gitkit import LLAMA_GIT_BUILDS, llama_git_repo
+
+pytestmark = LLAMA_GIT_BUILDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
