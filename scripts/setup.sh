@@ -9,10 +9,16 @@ if [[ ! -x .venv/bin/python ]]; then
   echo "setup: creating .venv" >&2
   "$PY" -m venv .venv
 fi
+# the real parts build (minutes, cold) while pip installs: neither waits for the other
+parts=$(mktemp)
+trap 'rm -f "$parts"' EXIT
+PYTHON=.venv/bin/python bash scripts/realparts.sh >"$parts" &
+building=$!
 stamp=.venv/.abbench-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   echo "setup: installing abbench and its dependencies into .venv" >&2
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' >&2
   touch "$stamp"
 fi
-PYTHON=.venv/bin/python bash scripts/realparts.sh
+wait "$building"
+cat "$parts"
