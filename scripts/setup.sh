@@ -9,9 +9,10 @@ if [[ ! -x .venv/bin/python ]]; then
   echo "setup: creating .venv" >&2
   "$PY" -m venv .venv
 fi
-# the real parts build (minutes, cold) while pip installs: neither waits for the other
+# the real parts build (minutes, cold) while pip installs: neither waits for the other.
+# Whatever ends set-up, the build is waited for (never left running behind it).
 parts=$(mktemp)
-trap 'rm -f "$parts"' EXIT
+trap 'wait || true; rm -f "$parts"' EXIT
 PYTHON=.venv/bin/python bash scripts/realparts.sh >"$parts" &
 building=$!
 stamp=.venv/.abbench-installed

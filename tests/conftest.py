@@ -220,7 +220,7 @@ OPT_IN = {
 
 #: the slowest tests, by where they live, slowest first (measured, warm: vLLM's campaign
 #: 13 minutes, the real suite 30 seconds to 4 minutes a test, the 30-run history 80
-#: seconds; cold, the git-ref builds 6 minutes): they start first, so that the two
+#: seconds; cold, the git-ref builds about 10 minutes): they start first, so that the two
 #: workers end on short tests together rather than one on a long test alone
 SLOW_FIRST = ("real/test_vllm_e2e.py", "real/test_build.py", "real/", "browser/",
               "ref/test_history_acceptance.py", "ref/test_capacity.py")

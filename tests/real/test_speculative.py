@@ -50,7 +50,7 @@ def test_acceptance_rows_per_prompt_set(tmp_path: Path, real_parts: dict[str, st
     # worker's server and clients take what is left: on 2 cores shared with it, the arms'
     # rounds varied by a CV of 23-27% at nice 0 and no verdict came at 3-5 rounds; at
     # nice -10, 2-12% (docs/serving.md)
-    priority = "\n          nice: -10" if os.geteuid() == 0 else ""
+    nice = -10 if os.geteuid() == 0 else 0
     arms = write_arms(tmp_path / "arms.yaml", f"""
         rounds: 3
         warmup: 1
@@ -58,7 +58,8 @@ def test_acceptance_rows_per_prompt_set(tmp_path: Path, real_parts: dict[str, st
         defaults:
           preset: llama.cpp
           ready: {{timeout: 180}}
-          request_extra: {{temperature: 0.8, seed: 7}}{priority}
+          request_extra: {{temperature: 0.8, seed: 7}}
+          nice: {nice}
         arms:
           - {{name: none, start: {json.dumps(none)}}}
           - {{name: ngram, start: {json.dumps(ngram)}}}

@@ -40,6 +40,7 @@ def planted_rates(seed: int = 26) -> list[float]:
 HISTORY_30 = pytest.mark.xdist_group("history-30")
 pytestmark = HISTORY_30
 
+
 @pytest.fixture(scope="session")
 def history_30(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The 30 runs (about 2 minutes), made once per session: the browser tests share
