@@ -6,8 +6,11 @@ import json
 import subprocess
 from pathlib import Path
 
+from abbench.campaign.bisect import _verdict
+from abbench.report.compare import run_table, write_run_report
 from tests.faultkit import cli
 from tests.gitkit import git_arms, rate_repo
+from tests.unit.test_history import make_run
 
 ENV_KEYS = {"ABBENCH_CCACHE": "0"}
 
@@ -60,3 +63,23 @@ def test_bisect_row_is_a_label_and_an_unknown_one_is_refused_before_any_build(
         "hint: name one as the table labels it (the unit may be left out), or by its row id: "
         "'decode 64 (tok/s)'"], p.stderr
     assert not (tmp_path / "cache").exists() and not (tmp_path / "results").exists()
+
+
+def test_a_step_reads_its_verdict_as_its_report_decides_it(tmp_path: Path) -> None:
+    """A step's verdict is the step report's own, among the cells its table compares, not
+    one re-decided with every hidden row of the run in the family: here good's two rounds
+    spread 6%, the report shows bad's -74% as changed (2 cells: p 0.031), and the ten
+    cells of every row would read it inconclusive (p 0.078)."""
+    extra = {m: {a: [100.0, 100.0] if a == "good" else [100.0, 130.0]
+                 for a in ("good", "mid", "bad")}
+             for m in ("prefill_tok_s", "server_prefill_tok_s", "startup_s", "first_ttft_ms")}
+    run = make_run(tmp_path, 0, {"good": [400.0, 375.0], "mid": [401.0, 376.0],
+                                 "bad": [100.0, 100.2]}, extra=extra)
+    key = next(r.key for r in run_table(run).rows if r.key.metric == "decode_tok_s")
+    all_rows = next(r for r in run_table(run, rows="all").rows if r.key == key)
+    assert all_rows.cells["bad"].comparison.verdict == "inconclusive"  # what it read before
+    write_run_report(run, run.records(), run.info())
+    shown = json.loads((run.path / "report.json").read_text())
+    cell = next(r for r in shown["rows"] if r["metric"] == "decode_tok_s")["cells"]["bad"]
+    assert _verdict(run, key, "good", "bad") == cell["comparison"]["verdict"] == "changed"
+    assert _verdict(run, key, "good", "mid") == "within_noise"

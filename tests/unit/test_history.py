@@ -33,9 +33,11 @@ def cli(*args: str) -> tuple[int, str, str]:
 
 def make_run(results: Path, day: int, values: dict[str, list[float]], *,
              commits: dict[str, str] | None = None, workload: str = "decode 1K",
-             status: str = "complete") -> Run:
+             status: str = "complete",
+             extra: dict[str, dict[str, list[float]]] | None = None) -> Run:
     """A stored run whose arms (named by their labels) decoded at ``values`` tok/s, one
-    value per round, written with abbench's own store code."""
+    value per round, written with abbench's own store code; ``extra``: more metrics,
+    {metric: {arm: a value per round}}."""
     created = T0 + dt.timedelta(days=day)
     rounds = max(len(v) for v in values.values())
     meta = {"id": f"{created:%Y%m%d-%H%M%S}-{day:04x}", "created": created.isoformat(),
@@ -50,7 +52,8 @@ def make_run(results: Path, day: int, values: dict[str, list[float]], *,
                         "round": rnd, "position": pos, "rep": 0, "workload": workload,
                         "context": 1024, "decode_tokens": 32, "t": created.timestamp() + rnd,
                         "valid": True, "status": "ok", "reason": None,
-                        "metrics": {"decode_tok_s": v, "ttft_ms": 20000.0 / v}}))
+                        "metrics": {"decode_tok_s": v, "ttft_ms": 20000.0 / v, **{
+                            m: by_arm[arm][rnd] for m, by_arm in (extra or {}).items()}}}))
             run.append(parse_record({"type": "slot", "slot": rnd * len(values) + pos, "arm": arm,
                         "round": rnd, "position": pos, "status": "ok", "reason": None}))
     return run
