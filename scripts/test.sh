@@ -12,4 +12,6 @@ export LLAMA_SERVER SMOLLM2_GGUF
 # one xdist_group on one worker (the 30-run history is made once, the llama.cpp git
 # builds never wait on the other worker's); -n 0 after the
 # script's name (or ABBENCH_TEST_WORKERS=0) runs everything in one process, in order.
-exec .venv/bin/python -m pytest -q -n "${ABBENCH_TEST_WORKERS:-2}" --dist loadgroup "$@"
+# The 20 slowest tests are listed at the end (the budget: docs/development.md).
+exec .venv/bin/python -m pytest -q -n "${ABBENCH_TEST_WORKERS:-2}" --dist loadgroup \
+  --durations=20 "$@"

@@ -53,12 +53,30 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
+def _check_grouping(config: pytest.Config) -> None:
+    """``--dist loadgroup`` under pytest 9.2 and pytest-xdist 3.8 ignores every
+    ``xdist_group`` without a word (pytest-dev/pytest-xdist#1386): refuse it."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    from importlib.metadata import version
+
+    def major_minor(pkg: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in version(pkg).split(".")[:2] if x.isdigit())
+
+    if major_minor("pytest") >= (9, 2) and major_minor("pytest-xdist") <= (3, 8):
+        raise pytest.UsageError(
+            f"pytest {version('pytest')} with pytest-xdist {version('pytest-xdist')} "
+            "ignores xdist_group under --dist loadgroup (pytest-dev/pytest-xdist#1386): "
+            "run bash scripts/setup.sh, which installs the pytest pyproject.toml names")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """This session's own state folder, removed at its end: ABBENCH_CACHE (anything
     abbench and the scripts keep besides builds) points there, ABBENCH_BUILD_CACHE at
     the build cache the user named (ABBENCH_BUILD_CACHE, else ABBENCH_CACHE, else
     ~/.cache/abbench), which is never rebuilt for it. An xdist worker inherits its
     controller's folder."""
+    _check_grouping(config)
     if os.environ.get(SESSION_VAR):
         return
     build = str(cache_root())  # abbench's own rule, before ABBENCH_CACHE moves
