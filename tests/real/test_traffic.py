@@ -22,7 +22,7 @@ arms:
   - {{name: nocache, start: {json.dumps([*base, "--no-cache-prompt"])}}}
   - {{name: reuse, start: {json.dumps([*base, "--cache-reuse", "64"])}}}
 workloads:
-  - sessions: {{count: 4, prefix_tokens: 384, turns: 3, user_tokens: 24, output_tokens: 8,
+  - sessions: {{count: 4, prefix_tokens: 192, turns: 3, user_tokens: 24, output_tokens: 8,
                 think: 0.05, rate: 2, steady: [0, 1], cache: cold, timeout: 300}}
 """)
     r = subprocess.run([sys.executable, "-m", "abbench.cli", "run", str(arms), "--results",
