@@ -9,15 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from abbench.server.git import cache_root
 
 REFSERVER = Path(__file__).parent / "refserver.py"
-#: the tests that build llama.cpp from llama_git_repo() share one worker: the builds of a
-#: source take turns (a lock), so on two workers one would only wait for the other's
-LLAMA_GIT_BUILDS = pytest.mark.xdist_group("llama-git-builds")
 _GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
 
 SERVE = f"""#!/bin/sh

@@ -19,9 +19,10 @@ from abbench.server.build import ensure_built
 from abbench.server.buildcache import list_builds
 from abbench.server.git import GitRef
 from abbench.server.recipes import llama_cpp
-from tests.gitkit import LLAMA_GIT_BUILDS, llama_git_repo
+from tests.conftest import CPU_HEAVY
+from tests.gitkit import llama_git_repo
 
-pytestmark = LLAMA_GIT_BUILDS
+pytestmark = CPU_HEAVY
 
 
 @pytest.fixture(scope="module")

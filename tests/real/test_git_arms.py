@@ -8,10 +8,11 @@ import json
 import math
 from pathlib import Path
 
+from tests.conftest import CPU_HEAVY
 from tests.faultkit import cli, only_run
-from tests.gitkit import LLAMA_GIT_BUILDS, llama_git_repo
+from tests.gitkit import llama_git_repo
 
-pytestmark = LLAMA_GIT_BUILDS
+pytestmark = CPU_HEAVY
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import no_process_left, started_pids
+from tests.conftest import CPU_HEAVY, no_process_left, started_pids
+
+pytestmark = CPU_HEAVY
 
 ROOT = Path(__file__).resolve().parents[2]
 
