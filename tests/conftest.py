@@ -243,8 +243,8 @@ OPT_IN = {
 #: the tests that want both cores, one after another on one worker (scripts/test.sh's
 #: --dist loadgroup): the llama.cpp git builds (-j 2; the builds of a source take turns
 #: under a lock, so on two workers one would only wait for the other's) and vLLM's
-#: campaign, whose servers run at nice 10: beside a compile its trace TTFT went from 2-6 s
-#: to 5-14 s a round, caching on no longer read faster, and until-ci ran it to 5 rounds
+#: campaign, whose servers run at nice 10 (in a warm run beside the other worker's tests,
+#: the builds among them, its trace TTFT read 5-14 s a round against 2-6 s before)
 CPU_HEAVY = pytest.mark.xdist_group("cpu-heavy")
 
 SLOW_FIRST = ("real/test_vllm_e2e.py", "real/test_build.py", "real/", "browser/",
