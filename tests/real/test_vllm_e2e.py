@@ -112,7 +112,7 @@ def test_real_ab_of_two_vllm_arms(results: Path):
     r, run, recs = _run("vllm-cpu.yaml", parts, results, timeout=3600)
     (run / "report.txt").write_text(r.stdout)
     meta = json.loads((run / "run.json").read_text())
-    rounds = meta["rounds_done"]  # 3, or up to 5 where the TTFT rounds spread (until-ci)
+    rounds = meta["rounds_done"]
     # (prefix_cache_queries - hits would read 0 for pc-off)
     _decoded_flushed_missed(recs, {"pc-on", "pc-off"},
                             "prometheus: vllm:prompt_tokens_total - "
