@@ -96,13 +96,16 @@ def _replayed_as_designed(report_md: str, recs: list[dict], report: dict, *, rou
         warned = any(x.startswith(f"Warning: trace ({s['arm']}, round {s['round']}")
                      for x in lines)
         assert warned == (gap > 0.1), (s["arm"], s["round"], gap, report_md[-3000:])
-    # TTFT (p50, p90, p99; every Mooncake request is a first turn): decided better with
-    # caching on in some row, worse in none
-    ttft = {row["label"]: row["cells"]["pc-on"].get("comparison") or {}
+    # TTFT (p50, p90, p99; every Mooncake request is a first turn): faster with caching on,
+    # the table's two TTFT rows with their 90% intervals wholly below 0, and decided worse
+    # in no row. Not asserted decided: beside the other test worker the log-ratio's sd
+    # between rounds was 0.24-0.33, and 3-4 rounds read BH p 0.052-0.069 (docs/traffic.md)
+    ttft = {row["metric"]: row["cells"]["pc-on"].get("comparison") or {}
             for row in report["rows"] if row["workload"] == "trace"
             and row["metric"].startswith(("load_ttft", "trace_ttft"))}
-    marks = {label: c.get("mark") for label, c in ttft.items()}
-    assert "▲" in marks.values() and "▼" not in marks.values(), marks
+    assert "▼" not in {c.get("mark") for c in ttft.values()}, ttft
+    for metric in ("load_ttft_p99_ms", "trace_ttft_first_p90_ms"):
+        assert ttft[metric]["change"] < 0 and ttft[metric]["hi"] < 0, (metric, ttft[metric])
 
 
 def test_real_ab_of_two_vllm_arms(results: Path):
