@@ -18,6 +18,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -354,6 +355,19 @@ def request_misses(rec: WorkloadSample, paths: list[str], missing: str = "absent
 # ----------------------------------------------------------------- log regex
 
 
+def _settled_size(path: Path, *, quiet: float = 0.05, limit: float = 1.0) -> int:
+    """The log's size once it has not grown for ``quiet`` seconds (at most ``limit``):
+    the lines a server printed as a request ended are in the file."""
+    deadline = time.monotonic() + limit
+    size = path.stat().st_size
+    while True:
+        time.sleep(quiet)
+        now = path.stat().st_size
+        if now == size or time.monotonic() >= deadline:
+            return now
+        size = now
+
+
 class LogRegexCollector(_RateCollector):
     """Numbers captured from the server log's lines written during the window."""
 
@@ -377,15 +391,17 @@ class LogRegexCollector(_RateCollector):
     def begin_window(self, ctx: SlotContext, row: str) -> WindowState:
         path = ctx.server.log_path
         try:
-            offset = path.stat().st_size
+            # the previous request's last lines first (a warm-up's timing line, printed
+            # as its response ended, once landed in the next row's window)
+            offset = _settled_size(path)
             before = self._values(path.read_text(encoding="utf-8", errors="replace"))
         except OSError:
             offset, before = 0, []
         return WindowState(row, {"offset": offset, "last": before[-1] if before else 0.0})
 
     def end_window(self, ctx: SlotContext, state: WindowState) -> None:
-        time.sleep(0.05)  # let the server's last log lines of the window reach the file
         try:
+            _settled_size(ctx.server.log_path)  # the window's last lines reach the file
             with open(ctx.server.log_path, "rb") as f:
                 f.seek(state.data["offset"])
                 text = f.read().decode("utf-8", "replace")
