@@ -236,10 +236,6 @@ OPT_IN = {
 }
 
 
-#: the slowest tests, by where they live, slowest first (measured, warm: vLLM's campaign
-#: 13 minutes, the real suite 30 seconds to 4 minutes a test, the 30-run history 80
-#: seconds; cold, the git-ref builds about 10 minutes): they start first, so that the two
-#: workers end on short tests together rather than one on a long test alone
 #: the tests that want both cores, one after another on one worker (scripts/test.sh's
 #: --dist loadgroup): the llama.cpp git builds (-j 2; the builds of a source take turns
 #: under a lock, so on two workers one would only wait for the other's) and vLLM's
@@ -247,6 +243,10 @@ OPT_IN = {
 #: the builds among them, its trace TTFT read 5-14 s a round against 2-6 s before)
 CPU_HEAVY = pytest.mark.xdist_group("cpu-heavy")
 
+#: the slowest tests, by where they live, slowest first (measured, warm: vLLM's campaign
+#: 13 minutes, the real suite 30 seconds to 4 minutes a test, the 30-run history 80
+#: seconds; cold, the git-ref builds about 10 minutes): they start first, so that the two
+#: workers end on short tests together rather than one on a long test alone
 SLOW_FIRST = ("real/test_vllm_e2e.py", "real/test_build.py", "real/", "browser/",
               "ref/test_history_acceptance.py", "ref/test_capacity.py")
 
