@@ -25,6 +25,7 @@ import secrets
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from abbench.errors import StoreError
 from abbench.model.records import Record, RecordError, parse_record
 from abbench.model.runmeta import MetaError, RunMeta, UntilCiState, parse_meta
 from abbench.server.interrupts import shielded
+from abbench.server.tree import alive
 
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
@@ -47,6 +49,22 @@ _STATUS_LINE = 32
 WRITER_LOCK = ".writer.lock"
 #: the lock files this process holds, kept open until it exits
 _HELD: dict[Path, int] = {}
+_PID_FIELD = 24  # the holder's pid, padded: written in one pwrite, never truncated first
+
+
+def _holder(fd: int, wait_s: float = 2.0) -> str:
+    """The pid of the process holding the writer lock, as it wrote it. The holder
+    writes it just after taking the lock, so a live pid is waited for briefly; a pid
+    left by a holder that died (SIGKILL, before its release wiped it) is not taken for
+    the live one."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        text = os.pread(fd, _PID_FIELD, 0).decode("ascii", "replace").strip()
+        if text.isdigit() and alive([int(text)]):
+            return text
+        if time.monotonic() >= deadline:
+            return "?"
+        time.sleep(0.01)
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -214,21 +232,23 @@ class Run:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "?"
+            holder = _holder(fd)
             os.close(fd)
             raise StoreError(f"run {self.id} is still running by pid {holder}",
                              where=str(self.path),
                              hint="wait for it, or stop it (Ctrl-C) and resume then; one "
                                   "abbench writes a run at a time") from None
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # one write: never an empty file in between
+            os.pwrite(fd, f"{os.getpid()}\n".ljust(_PID_FIELD).encode(), 0)
         _HELD[path] = fd
 
     def release_writer(self) -> None:
-        """Drop the writer lock (the run is finished with)."""
+        """Drop the writer lock (the run is finished with); the pid is wiped first, so a
+        later holder's pid is the only one another abbench can read."""
         fd = _HELD.pop(self.path / WRITER_LOCK, None)
         if fd is not None:
+            with contextlib.suppress(OSError):
+                os.pwrite(fd, b" " * _PID_FIELD, 0)
             with contextlib.suppress(OSError):
                 os.close(fd)
 
