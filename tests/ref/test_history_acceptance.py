@@ -79,10 +79,10 @@ def test_the_planted_history_has_one_step_with_margin() -> None:
     by 0.2-1%, one round somewhere 3% slow), give the one step at 17 and no other, every
     time: the acceptance below tests abbench, not the luck of the draw."""
     rng = np.random.default_rng(1)
+    planted = planted_rates()
     for sd in (0.002, 0.005, 0.01):
         for _ in range(100):
-            rounds = [[r * math.exp(rng.normal(0, sd)) for _ in range(2)]
-                      for r in planted_rates()]
+            rounds = [[r * math.exp(rng.normal(0, sd)) for _ in range(2)] for r in planted]
             rounds[int(rng.integers(N_RUNS))][int(rng.integers(2))] *= 0.97
             changed = [c.start for c in change_points(rounds, "higher")
                        if c.verdict == "changed"]
