@@ -38,8 +38,7 @@ from abbench.report.selection import pick_rows
 from abbench.report.setup import run_setup
 from abbench.report.tablemodel import Cell, Note, Row, Table
 from abbench.stats.blocks import round_hosts
-from abbench.stats.cells import adjust_cells, compare_cell
-from abbench.stats.paired import Comparison
+from abbench.stats.cells import CellInput, compare_cells
 
 
 def table_of(records: list[Record], meta: MetaLike, *,
@@ -237,18 +236,17 @@ def compare_rows(rows: list[Row], baseline: str, *, settings: StatsConfig | None
                  noise_band: float | None = None, alpha: float | None = None,
                  hosts: Mapping[int, str] | None = None,
                  shown: set[int] | None = None) -> None:
-    """Compare every non-baseline cell of ``rows`` with the baseline
-    (:func:`abbench.stats.cells.compare_cell`), then adjust for multiplicity per family
-    (:func:`abbench.stats.cells.adjust_cells`): ``shown``, the ids of the rows the table
-    shows (default: every row). ``hosts``: round -> host when the rounds ran on several
-    hosts (hosts as blocks)."""
+    """Compare every non-baseline cell of ``rows`` with the baseline, through the one
+    door (:func:`abbench.stats.cells.compare_cells`: each cell by its metric's kind, the
+    timed ones' sds moderated in their family, multiplicity per family): ``shown``, the
+    ids of the rows the table shows (default: every row). ``hosts``: round -> host when
+    the rounds ran on several hosts (hosts as blocks)."""
     s = settings or StatsConfig()
     if noise_band is not None or alpha is not None:
         s = s.model_copy(update={k: v for k, v in (("noise_band", noise_band),
                                                    ("alpha", alpha)) if v is not None})
     cells: list[Cell] = []
-    comps: list[Comparison] = []
-    where: list[tuple[str, bool]] = []
+    inputs: list[CellInput] = []
     for row in rows:
         base = row.cells.get(baseline)
         if base is None:
@@ -258,18 +256,15 @@ def compare_rows(rows: list[Row], baseline: str, *, settings: StatsConfig | None
         for arm, cell in row.cells.items():
             if arm == baseline:
                 continue
-            a = dict(zip(cell.rounds, cell.values, strict=True))
-            c = compare_cell(row.metric, b, a, direction=row.spec.direction, alpha=s.alpha,
-                             noise_band=s.band(row.metric), base_name=baseline, arm_name=arm,
-                             hosts=hosts, totals=(totals[baseline], totals[arm])
-                             if baseline in totals and arm in totals else None)
-            cell.comparison = c
-            if c is not None:
-                cells.append(cell)
-                comps.append(c)
-                where.append((row.metric, shown is None or id(row) in shown))
-    for cell, c in zip(cells, adjust_cells(comps, [m for m, _ in where],
-                                           [v for _, v in where]), strict=True):
+            cells.append(cell)
+            inputs.append(CellInput(
+                row.metric, b, dict(zip(cell.rounds, cell.values, strict=True)),
+                direction=row.spec.direction, alpha=s.alpha, noise_band=s.band(row.metric),
+                base_name=baseline, arm_name=arm, hosts=hosts,
+                totals=(totals[baseline], totals[arm])
+                if baseline in totals and arm in totals else None,
+                shown=shown is None or id(row) in shown))
+    for cell, c in zip(cells, compare_cells(inputs), strict=True):
         cell.comparison = c
 
 

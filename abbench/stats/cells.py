@@ -3,13 +3,84 @@ kind (:mod:`abbench.stats.kinds`), then adjusted for multiplicity in its family.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from abbench.stats.blocks import compare_blocks
 from abbench.stats.counts import compare_counts
-from abbench.stats.families import adjust
+from abbench.stats.families import adjust, family_pools
 from abbench.stats.kinds import family, kind
 from abbench.stats.paired import Comparison, compare
+
+
+@dataclass(frozen=True)
+class CellInput:
+    """What one cell is compared on: its metric, the baseline's and the arm's values by
+    round, and how (see :func:`compare_cell`)."""
+
+    metric: str
+    base: Mapping[int, float]
+    arm: Mapping[int, float]
+    direction: str
+    alpha: float
+    noise_band: float
+    base_name: str
+    arm_name: str
+    hosts: Mapping[int, str] | None = None
+    totals: tuple[Mapping[int, float], Mapping[int, float]] | None = None
+    #: the table shows the cell's row
+    shown: bool = True
+
+    def ratios(self) -> dict[int, float]:
+        """ln(arm / baseline) by round, where both are positive."""
+        return {r: math.log(self.arm[r] / self.base[r]) for r in self.base
+                if r in self.arm and self.base[r] > 0 and self.arm[r] > 0}
+
+
+#: a cell's sd is moderated in its verdict only in a pool of at least this many cells:
+#: below three, whether their sds differ more than chance cannot be told
+#: (:func:`abbench.stats.families.pooled_sd`), and a quiet row would lend its sd to a
+#: noisy one
+MODERATE_FROM = 3
+
+
+def compare_cells(cells: Sequence[CellInput]) -> list[Comparison | None]:
+    """A table's cells to their verdicts, the one door: each compared by its metric's
+    kind (:func:`compare_cell`); each timed cell paired by round then tested again with
+    its sd moderated towards those of its family's cells of its metric (Smyth's
+    moderated t: :meth:`abbench.stats.families.Pool.moderate`, with the pool's effective
+    degrees of freedom from the cells' correlation over the rounds) where that knows
+    more than its own rounds and the pool has :data:`MODERATE_FROM` cells; then the
+    families' multiplicity (:func:`abbench.stats.families.adjust`). None for a cell with
+    nothing to compare."""
+    first = [compare_cell(c.metric, c.base, c.arm, direction=c.direction, alpha=c.alpha,
+                          noise_band=c.noise_band, base_name=c.base_name,
+                          arm_name=c.arm_name, hosts=c.hosts, totals=c.totals)
+             for c in cells]
+    idx = [k for k, c in enumerate(first) if c is not None]
+    comps = [first[k] for k in idx]
+    if not comps:
+        return first
+    fams = [family(cells[k].metric, cells[k].shown) for k in idx]
+    mets = [cells[k].metric for k in idx]
+    pools = family_pools(comps, fams, mets,  # type: ignore[arg-type]
+                         [cells[k].ratios() for k in idx])
+    for j, k in enumerate(idx):
+        c, ci, pool = comps[j], cells[k], pools[fams[j], mets[j]]
+        if pool is None or pool.cells < MODERATE_FROM or c is None or ci.hosts \
+                or c.kind != "sampled" or c.exact \
+                or c.sd_log is None or c.sd_log <= 0 or c.n < 2:
+            continue
+        sd, df = pool.moderate(c.sd_log, c.n - 1)
+        if df > c.n - 1 + 1e-9:
+            comps[j] = compare(ci.base, ci.arm, direction=ci.direction, alpha=ci.alpha,
+                               noise_band=ci.noise_band, base_name=ci.base_name,
+                               arm_name=ci.arm_name, kind=c.kind, pooled=(sd, df))
+    out = list(first)
+    for k, c in zip(idx, adjust(comps, fams, mets, pools), strict=True):  # type: ignore[arg-type]
+        out[k] = c
+    return out
 
 
 def compare_cell(metric: str, base: Mapping[int, float], arm: Mapping[int, float], *,
@@ -17,7 +88,7 @@ def compare_cell(metric: str, base: Mapping[int, float], arm: Mapping[int, float
                  arm_name: str, hosts: Mapping[int, str] | None = None,
                  totals: tuple[Mapping[int, float], Mapping[int, float]] | None = None
                  ) -> Comparison | None:
-    """One cell against the baseline: counts tested as counts (``totals``: the
+    """One cell against the baseline, alone: counts tested as counts (``totals``: the
     baseline's and the arm's items per round, for scores), the rest paired by round
     (hosts as blocks when the rounds ran on several)."""
     k = kind(metric)

@@ -58,10 +58,12 @@ def _coarse(n: int) -> np.ndarray:
 def decide_probability(mean: float, sd: float, n: int, lo: float, hi: float,
                        big_n: np.ndarray, *, alpha_changed: float, alpha_within: float,
                        sd_known: bool = False, df: int | None = None,
-                       spread: float | None = None) -> np.ndarray:
+                       spread: float | None = None, df_gain: float = 1.0) -> np.ndarray:
     """The chance the cell is decided after N rounds in all, for each N of ``big_n``
     (``df``: the sd's degrees of freedom, n - 1 unless pooled; ``spread``: the variance
-    of the true effects around 0 among like cells, None for a flat prior)."""
+    of the true effects around 0 among like cells, None for a flat prior; ``df_gain``:
+    the verdict's degrees of freedom over the rounds' own, N - 1, where it tests the
+    sd moderated by like cells: :func:`abbench.stats.cells.compare_cells`)."""
     sigma = sd * (np.ones((1, 1)) if sd_known else _sigma_scale(df or n - 1))
     big = big_n[None, :]
     se2 = sigma**2 / n
@@ -69,8 +71,8 @@ def decide_probability(mean: float, sd: float, n: int, lo: float, hi: float,
     centre = (n + (big - n) * w) * mean / big  # the mean of the N rounds, expected
     tau = ((big - n) / big) * np.sqrt(w * se2 + sigma**2 / (big - n))
     s_n = np.sqrt(((n - 1) * sd**2 + (big - n) * sigma**2) / (big - 1)) / np.sqrt(big)
-    h_c = sc.stdtrit(big - 1, 1 - alpha_changed) * s_n
-    h_w = sc.stdtrit(big - 1, 1 - alpha_within) * s_n
+    h_c = sc.stdtrit((big - 1) * df_gain, 1 - alpha_changed) * s_n
+    h_w = sc.stdtrit((big - 1) * df_gain, 1 - alpha_within) * s_n
     up = sc.ndtr((centre - hi - h_c) / tau)
     down = sc.ndtr((lo - h_c - centre) / tau)
     inside = np.maximum(sc.ndtr((hi - h_w - centre) / tau)
@@ -81,7 +83,7 @@ def decide_probability(mean: float, sd: float, n: int, lo: float, hi: float,
 def rounds_to_decide(mean: float, sd: float, n: int, lo: float, hi: float, *,
                      alpha_changed: float, alpha_within: float, prob: float = PROB,
                      sd_known: bool = False, df: int | None = None,
-                     spread: float | None = None) -> int | None:
+                     spread: float | None = None, df_gain: float = 1.0) -> int | None:
     """The smallest N (rounds in all, > n) at which the cell is decided with chance
     ``prob`` (see the module's text): a coarse grid, then bisection in the first gap
     that crosses; None when no N up to :data:`MAX_N` would, or there is no sd yet
@@ -89,7 +91,7 @@ def rounds_to_decide(mean: float, sd: float, n: int, lo: float, hi: float, *,
     if n < 2 or not (math.isfinite(sd) and math.isfinite(mean)) or sd <= 0:
         return None
     how: dict[str, Any] = dict(alpha_changed=alpha_changed, alpha_within=alpha_within,
-                               sd_known=sd_known, df=df, spread=spread)
+                               sd_known=sd_known, df=df, spread=spread, df_gain=df_gain)
     grid = _coarse(n)
     ok = np.flatnonzero(decide_probability(mean, sd, n, lo, hi, grid, **how) >= prob)
     if ok.size == 0:

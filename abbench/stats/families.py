@@ -6,7 +6,7 @@ decide (:func:`rounds_for`), with the noise its like cells share (:func:`pooled_
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -22,7 +22,9 @@ def rounds_for(c: Comparison, alpha_changed: float, pooled: Pool | None = None) 
     (the family's adjusted level); None for a decided cell. ``pooled``: what the like
     cells say of the noise (:func:`pooled_sd`): the cell's sd moderated towards theirs,
     by a prior of however few degrees of freedom (one pooled over all only adds where
-    it has more than the cell's own). Under bimodal lives the sd is the two-level
+    it has more than the cell's own). Where the verdict tested that moderated sd
+    (``c.moderated``), the verdict after N rounds will too: its degrees of freedom are
+    taken to grow as today's do over n - 1. Under bimodal lives the sd is the two-level
     model's: lives at either level with even odds on each arm."""
     if c.verdict not in ("inconclusive", "too_few_rounds") or c.change is None \
             or c.sd_log is None:
@@ -31,13 +33,17 @@ def rounds_for(c: Comparison, alpha_changed: float, pooled: Pool | None = None) 
     sd, known = c.sd_log, False
     df = None
     spread = None
+    gain = 1.0
     if pooled is not None and (pooled.prior or pooled.df > c.n - 1):
-        sd, df = pooled.moderate(c.sd_log, c.n - 1)
-        spread = pooled.spread
+        sd, dff = pooled.moderate(c.sd_log, c.n - 1)
+        df, spread = int(dff), pooled.spread
+        if c.moderated is not None:  # the verdict at N tests with the moderated sd too
+            gain = max(1.0, dff / (c.n - 1))
     if c.bimodal is not None:
         sd, known = max(sd, c.bimodal / math.sqrt(2.0)), True
     return rounds_to_decide(math.log1p(c.change), sd, c.n, lo, hi, alpha_changed=alpha_changed,
-                            alpha_within=c.alpha, sd_known=known, df=df, spread=spread)
+                            alpha_within=c.alpha, sd_known=known, df=df, spread=spread,
+                            df_gain=gain)
 
 
 @dataclass(frozen=True)
@@ -49,43 +55,97 @@ class Pool:
     0 (``spread``; None below three cells)."""
 
     sd: float
-    df: int
+    df: float
     spread: float | None
     #: False: ``sd`` pools every cell, the cell's own rounds included
     prior: bool = False
+    #: the pool's effective degrees of freedom (:func:`effective_df`): cells whose
+    #: rounds rise and fall together (one server life under every row) know less of the
+    #: noise than their degrees of freedom add up to; None: taken as independent
+    effective: float | None = None
+    #: the cells pooled
+    cells: int = 0
 
-    def moderate(self, sd: float, df: int) -> tuple[float, int]:
+    def moderate(self, sd: float, df: float) -> tuple[float, float]:
         """A cell's sd and degrees of freedom, moderated towards the pool's (Smyth 2004):
-        (df_0 s_0^2 + df s^2) / (df_0 + df), with df_0 + df degrees of freedom."""
+        (df_0 s_0^2 + df s^2) / (df_0 + df), with df_0 + df degrees of freedom; df_0 at
+        most what the pool knows beyond the cell's own rounds (the effective degrees of
+        freedom less ``df``)."""
+        cap = math.inf if self.effective is None else self.effective
         if not self.prior:
-            return self.sd, self.df
-        return math.sqrt((self.df * self.sd**2 + df * sd**2) / (self.df + df)), self.df + df
+            return self.sd, max(float(df), min(self.df, cap))
+        d0 = min(self.df, max(0.0, cap - df))
+        if d0 <= 0:
+            return sd, df
+        return math.sqrt((d0 * self.sd**2 + df * sd**2) / (d0 + df)), d0 + df
 
 
-def pooled_sd(comps: Sequence[Comparison]) -> Pool | None:
+def effective_df(ratios: Sequence[Mapping[int, float]]) -> float | None:
+    """The degrees of freedom a variance pooled over these cells has (a Satterthwaite
+    count): each cell's log-ratios by round; over the rounds two cells share, their
+    residuals' correlation r. The pooled variance of cells with df_i degrees of freedom,
+    df_ij of them over shared rounds, has variance 2 sigma^4 sum_ij df_ij r_ij^2 / D^2
+    (D = sum df_i), that of a chi-square with D^2 / sum_ij df_ij r_ij^2: D where the
+    cells are independent, one cell's where they move together. r^2 over m + 1 shared
+    rounds averages 1 / m where the cells are independent, so it is adjusted, (r^2 -
+    1/m) / (1 - 1/m), and the sum over pairs is kept at 0 or more (clipping each pair
+    would bias the count low, more so the fewer the rounds); from two shared rounds
+    r^2 is 1 whatever the cells do, and is kept: a pool of 2 rounds knows no more than
+    one cell. The count over n - 1 then estimates k / (1 + (k - 1) mean r^2) for k
+    cells of n rounds, whatever n: what more rounds will give too. None below two
+    cells."""
+    cells = [(np.array(sorted(r)), np.array([r[k] for k in sorted(r)], dtype=float))
+             for r in ratios if len(r) >= 2]
+    if len(cells) < 2:
+        return None
+    total = sum(x.size - 1 for _r, x in cells)
+    shared = 0.0  # sum over pairs of df_ij r_ij^2, r^2 adjusted; clipped once, in the sum
+    for i, (ri, xi) in enumerate(cells):
+        for rj, xj in cells[i + 1:]:
+            both, ia, ja = np.intersect1d(ri, rj, return_indices=True)
+            if both.size < 2:
+                continue
+            a, b = xi[ia] - xi[ia].mean(), xj[ja] - xj[ja].mean()
+            den = float(np.sqrt((a * a).sum() * (b * b).sum()))
+            m = both.size - 1
+            r2 = 1.0 if den == 0 else min(1.0, float((a * b).sum()) ** 2 / den**2)
+            if m >= 2:  # r^2 of independent cells averages 1 / m: taken off (adjusted r^2)
+                r2 = (r2 - 1 / m) / (1 - 1 / m)
+            shared += 2 * m * r2
+    acc = total + max(0.0, shared)
+    return total * total / acc if acc > 0 else None
+
+
+def pooled_sd(comps: Sequence[Comparison],
+              ratios: Sequence[Mapping[int, float]] | None = None) -> Pool | None:
     """Over cells of one metric: the noise they share (:class:`Pool`). With three cells
     or more, whether their sds differ more than the sampling error of sds would make
     them (Smyth's empirical Bayes, limma: the variance of log s^2 beyond its expected
     trigamma(df / 2)): if not, one sd pooled over all (variances weighted by their
     degrees of freedom); if so, a prior of that many degrees of freedom, each cell
-    keeping its own sd in part. None without two rounds anywhere."""
-    cells = [(c.sd_log, c.n, c.change) for c in comps if c.sd_log is not None and c.n >= 2
-             and math.isfinite(c.sd_log) and c.sd_log > 0 and not c.exact
-             and c.change is not None]
+    keeping its own sd in part. ``ratios``: the cells' log-ratios by round, for the
+    pool's effective degrees of freedom (:func:`effective_df`). None without two rounds
+    anywhere."""
+    keep = [k for k, c in enumerate(comps) if c.sd_log is not None and c.n >= 2
+            and math.isfinite(c.sd_log) and c.sd_log > 0 and not c.exact
+            and c.change is not None]
+    cells = [(comps[k].sd_log or 0.0, comps[k].n, comps[k].change or 0.0) for k in keep]
+    eff = effective_df([ratios[k] for k in keep]) if ratios is not None else None
     df = sum(n - 1 for _s, n, _m in cells)
     if df == 0:
         return None
     var = sum(s * s * (n - 1) for s, n, _m in cells) / df
     if len(cells) < 3:
-        return Pool(math.sqrt(var), df, None)
+        return Pool(math.sqrt(var), df, None, effective=eff, cells=len(cells))
     spread = max(0.0, float(np.mean([math.log1p(m) ** 2 - var / n for _s, n, m in cells])))
     half = np.array([(n - 1) / 2 for _s, n, _m in cells])
     e = np.log([s * s for s, _n, _m in cells]) - sc.digamma(half) + np.log(half)
     excess = float(e.var(ddof=1) - np.mean(sc.polygamma(1, half)))
     if excess <= 0 or (d0 := 2 * _trigamma_inverse(excess)) >= df:
-        return Pool(math.sqrt(var), df, spread)
+        return Pool(math.sqrt(var), df, spread, effective=eff, cells=len(cells))
     s0 = math.exp(float(e.mean()) + sc.digamma(d0 / 2) - math.log(d0 / 2))
-    return Pool(math.sqrt(s0), max(1, round(d0)), spread, prior=True)
+    return Pool(math.sqrt(s0), max(1, round(d0)), spread, prior=True, effective=eff,
+                cells=len(cells))
 
 
 def _trigamma_inverse(y: float) -> float:
@@ -123,8 +183,24 @@ def _shares(names: Sequence[str]) -> dict[str, float]:
             for n in names}
 
 
+def family_pools(comps: Sequence[Comparison], families: Sequence[str],
+                 metrics: Sequence[str],
+                 ratios: Sequence[Mapping[int, float]] | None = None
+                 ) -> dict[tuple[str, str], Pool | None]:
+    """The :class:`Pool` of each (family, metric): its sampled cells' noise, with the
+    effective degrees of freedom from their log-ratios by round where given."""
+    out = {}
+    for key in set(zip(families, metrics, strict=True)):
+        idx = [k for k, (f, m) in enumerate(zip(families, metrics, strict=True))
+               if (f, m) == key and comps[k].kind == "sampled"]
+        out[key] = pooled_sd([comps[k] for k in idx],
+                             [ratios[k] for k in idx] if ratios is not None else None)
+    return out
+
+
 def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
-           metrics: Sequence[str] | None = None) -> list[Comparison]:
+           metrics: Sequence[str] | None = None,
+           pools: Mapping[tuple[str, str], Pool | None] | None = None) -> list[Comparison]:
     """Multiplicity within each family (``families[k]``: cell k's; default one family),
     the families sharing alpha so that a table where nothing changed says "changed"
     anywhere in at most alpha of runs.
@@ -148,12 +224,12 @@ def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
     adjusted level, with the sd pooled over the family's cells of its metric
     (``metrics[k]``: cell k's) where there are several: at 3 rounds one cell's sd has 2
     degrees of freedom, and the cells whose rounds happened to agree would promise a
-    verdict in a few more."""
+    verdict in a few more. ``pools``: those of :func:`family_pools` (default: from the
+    cells' sds alone)."""
     fam = list(families) if families is not None else ["table"] * len(comps)
     met = list(metrics) if metrics is not None else [""] * len(comps)
-    pools = {key: pooled_sd([c for c, f, m in zip(comps, fam, met, strict=True)
-                             if (f, m) == key and c.kind == "sampled"])
-             for key in set(zip(fam, met, strict=True))}
+    if pools is None:
+        pools = family_pools(comps, fam, met)
     tested = {k for k, c in enumerate(comps) if c.p_raw is not None and c.n >= 2
               and not c.exact}
     names = list(dict.fromkeys(fam[k] for k in sorted(tested)))

@@ -65,19 +65,25 @@ class TResult:
     p: float
 
 
-def t_interval(d: Sequence[float] | np.ndarray, alpha: float = 0.05) -> TResult:
-    """One-sample t on the log-ratios (= paired t on the logs): mean, sd, interval, p."""
+def t_interval(d: Sequence[float] | np.ndarray, alpha: float = 0.05,
+               pooled: tuple[float, float] | None = None) -> TResult:
+    """One-sample t on the log-ratios (= paired t on the logs): mean, sd, interval, p.
+    ``pooled``: an sd and its degrees of freedom to use instead of the rounds' own (n -
+    1): the cell's sd moderated towards its family's (:func:`~.families.Pool.moderate`)."""
     x = np.asarray(d, dtype=float)
     n = x.size
     mean = float(x.mean())
     sd = float(x.std(ddof=1)) if n > 1 else math.nan
     if n < 2:
         return TResult(mean, sd, -math.inf, math.inf, 1.0)
+    df: float = n - 1
+    if pooled is not None:
+        sd, df = pooled
     if sd == 0.0:
         return TResult(mean, 0.0, mean, mean, 1.0 if mean == 0 else 0.0)
     se = sd / math.sqrt(n)
-    half = float(sps.t.ppf(1 - alpha / 2, n - 1)) * se
-    p = float(2 * sps.t.sf(abs(mean) / se, n - 1))  # = scipy.stats.ttest_1samp(x, 0)
+    half = float(sps.t.ppf(1 - alpha / 2, df)) * se
+    p = float(2 * sps.t.sf(abs(mean) / se, df))  # = scipy.stats.ttest_1samp(x, 0)
     return TResult(mean, sd, mean - half, mean + half, p)
 
 
@@ -247,7 +253,7 @@ def band_edges(noise_band: float) -> tuple[float, float]:
     return math.log1p(-noise_band), math.log1p(noise_band)
 
 
-def p_beyond_band_se(mean: float, se: float, df: int, band: float,
+def p_beyond_band_se(mean: float, se: float, df: float, band: float,
                      lo: float | None = None) -> float:
     """The p of "the effect lies beyond the band": were the effect at the band's edge
     nearer the estimate, the chance of an estimate at least this far from the band's
@@ -331,6 +337,10 @@ class Comparison:
     #: server lives at two levels this far apart (log scale), else None; the rounds
     #: needed then come from that two-level model
     bimodal: float | None = None
+    #: the sd (log scale) and degrees of freedom the verdict used when they are the
+    #: cell's own moderated towards its family's cells of its metric (more degrees of
+    #: freedom than the n - 1 of ``sd_log``), else None
+    moderated: tuple[float, float] | None = None
 
     @property
     def mark(self) -> str:
@@ -344,7 +354,8 @@ def _frac(x: float) -> float:
 
 def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: str = "higher",
             alpha: float = 0.05, noise_band: float = 0.01, base_name: str = "baseline",
-            arm_name: str = "arm", kind: Kind = "sampled") -> Comparison | None:
+            arm_name: str = "arm", kind: Kind = "sampled",
+            pooled: tuple[float, float] | None = None) -> Comparison | None:
     """The paired comparison of one cell, before the table's multiplicity adjustment
     (:func:`~.families.adjust`, which :func:`abbench.report.table.compare_rows` applies).
 
@@ -360,7 +371,9 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     interval (same level) is the distribution-free cross-check: where d has outlier
     rounds and that interval reaches into the band while the t test clears it, the cell
     stays inconclusive (with a warning); where both clear it, an outlier never vetoes
-    the verdict.
+    the verdict. ``pooled``: the sd and degrees of freedom to test with in place of the
+    rounds' own (:func:`abbench.stats.cells.compare_cells` gives the cell's sd
+    moderated towards its family's); ignored where the rounds agree.
     """
     rounds, d = log_ratios(base, arm) if base and arm else ([], np.array([]))
     warnings: list[str] = []
@@ -396,16 +409,21 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
         t = TResult(m0, 0.0, m0, m0, 1.0 if m0 == 0 else 0.0)
         w = WilcoxonResult(m0, m0, m0, math.nan)  # decides nothing here: not run
     else:
-        t = t_interval(d, 2 * alpha)
+        pooled = None if agree or n < 2 else pooled
+        t = t_interval(d, 2 * alpha, pooled)
         w = wilcoxon_hl(d, 2 * alpha)
     if exact:
         beyond = abs(printed_change(math.expm1(t.mean))) > round(noise_band * 100, 1) / 100
         p_band = 0.0 if beyond else 1.0
     elif agree:  # a sampled metric whose rounds agree (a discrete one)
         p_band = sign_p_band(float(d[0]), n, hi_edge, lo_edge)
+    elif pooled is not None:
+        p_band = p_beyond_band_se(t.mean, t.sd / math.sqrt(n), pooled[1], hi_edge, lo_edge)
     else:
         p_band = p_beyond_band(t.mean, t.sd, n, hi_edge, lo_edge)
     test = "exact (every round the same log-ratio)" if exact else "paired t on log-ratios"
+    if pooled is not None and not exact:
+        test += f" (sd {pooled[0] * 100:.2f}% moderated by like cells, {pooled[1]:.1f} df)"
     if n < 2:
         verdict: Verdict = "too_few_rounds"
     elif p_band < alpha:
@@ -430,16 +448,17 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
             warnings.append(f"{name} drifted {dr * 100:+.1f}% across the run, more than the "
                             f"effect ({change * 100:+.1f}%)")
     half = (t.hi - t.lo) / 2 if math.isfinite(t.hi) else math.inf
+    own = float(np.std(d, ddof=1)) if n > 1 and not exact else (0.0 if exact else math.nan)
     bimodal = None if exact else _bimodal(list(logs.values()))
     c = Comparison(
         n=n, verdict=verdict, change=change, lo=_frac(t.lo), hi=_frac(t.hi), half_width=half,
         p=p_band, p_raw=p_band, test=test, alpha=alpha, noise_band=noise_band,
         better=(t.mean > 0) == (direction == "higher") if verdict == "changed" else None,
-        sd_log=t.sd if math.isfinite(t.sd) else None, t_p=t.p, t_lo=_frac(t.lo),
+        sd_log=own if math.isfinite(own) else None, t_p=t.p, t_lo=_frac(t.lo),
         t_hi=_frac(t.hi), wilcoxon_p=None if exact else w.p, hl=_frac(w.hl),
         hl_lo=_frac(w.lo), hl_hi=_frac(w.hi), exact=exact, rounds_needed=None,
         comparisons=1, outliers=outl, cv=cvs, drift=drifts, warnings=tuple(warnings),
-        kind=kind, bimodal=bimodal)
+        kind=kind, bimodal=bimodal, moderated=pooled if not (exact or agree) else None)
     return c
 
 

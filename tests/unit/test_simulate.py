@@ -112,7 +112,7 @@ def test_tables_are_what_table_of_and_until_ci_make(sim):
             with sim.fast_paths():
                 theirs = watched_comparisons(parse_records(recs), meta, settings)
             assert theirs == sim._watched(layout, o.rows, settings)
-    assert table_mod.compare_cell is cells_mod.compare_cell
+    assert table_mod.compare_cells is cells_mod.compare_cells
 
 
 def test_short_study_through_the_real_code(sim):

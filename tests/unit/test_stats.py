@@ -433,3 +433,56 @@ def test_a_weak_prior_still_moderates_the_rounds() -> None:
     assert own is not None and (moderated is None or moderated > own)
     sd, df = weak.moderate(c.sd_log, c.n - 1)
     assert sd > c.sd_log and df == 1 + c.n - 1
+
+
+def test_the_pools_degrees_of_freedom_count_what_the_rounds_share() -> None:
+    """Cells that move together over the rounds (one server life under every row) know
+    no more of the noise than one of them; independent ones know their sum; two rounds
+    never tell them apart, so they count as one cell."""
+    rng = np.random.default_rng(5)
+    rounds = range(12)
+    life = rng.normal(0, 0.02, 12)
+    together = [{r: float(life[r] + e) for r, e in zip(rounds, rng.normal(0, 1e-4, 12),
+                                                         strict=True)} for _ in range(6)]
+    apart = [{r: float(e) for r, e in zip(rounds, rng.normal(0, 0.02, 12), strict=True)}
+             for _ in range(6)]
+    eff_together = families.effective_df(together)
+    eff_apart = families.effective_df(apart)
+    assert eff_together is not None and eff_together < 11 * 1.1
+    assert eff_apart is not None and eff_apart > 11 * 6 * 0.6
+    two = [{0: float(x), 1: float(y)} for x, y in rng.normal(0, 0.02, (6, 2))]
+    assert families.effective_df(two) == pytest.approx(1.0)
+    # the pool's prior counts no more than that, beyond the cell's own rounds
+    pool = families.Pool(sd=0.02, df=60, spread=None, prior=True, effective=eff_together)
+    _sd, df = pool.moderate(0.01, 11)
+    assert df <= max(11, eff_together) + 1e-9
+    homogeneous = families.Pool(sd=0.02, df=66, spread=None, effective=eff_apart)
+    assert homogeneous.moderate(0.01, 11) == (0.02, pytest.approx(eff_apart))
+
+
+def test_a_cell_is_tested_with_the_sd_its_like_cells_share() -> None:
+    """Through the table's one door: at 12 rounds a cell whose own sd is a chance low is
+    tested with the sd its five like cells share (its interval widens, the statistics
+    name it); at 2 rounds, or with two like cells, the cell keeps its own."""
+    from abbench.stats.cells import CellInput, compare_cells
+
+    rng = np.random.default_rng(11)
+
+    def cells(n: int, k: int) -> list[CellInput]:
+        out = []
+        for j in range(k):
+            d = rng.normal(0.0, 0.03, n) * (0.2 if j == 0 else 1.0)
+            base = {r: 100.0 for r in range(n)}
+            arm = {r: float(100.0 * math.exp(d[r])) for r in range(n)}
+            out.append(CellInput("decode_tok_s", base, arm, direction="higher", alpha=0.05,
+                                 noise_band=0.01, base_name="a", arm_name="b"))
+        return out
+
+    got = compare_cells(cells(12, 6))
+    quiet = got[0]
+    assert quiet is not None and quiet.moderated is not None and quiet.sd_log is not None
+    sd, df = quiet.moderated
+    assert sd > 1.2 * quiet.sd_log and 11 < df <= 66
+    assert "moderated by like cells" in quiet.test
+    assert all(c is not None and c.moderated is None for c in compare_cells(cells(2, 6)))
+    assert all(c is not None and c.moderated is None for c in compare_cells(cells(12, 2)))
