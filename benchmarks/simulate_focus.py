@@ -1,0 +1,74 @@
+"""Focused runs of benchmarks/simulate.py's H200-shaped tables, with more campaigns than
+its full run gives them: the power for an isolated +2% at one number of rounds, and the
+A/A rate at 2-6 rounds under 2-3% noise per arm and bimodal lives (docs/simulation.md,
+issue 27's goals).
+
+    .venv/bin/python benchmarks/simulate_focus.py power --campaigns 1500 --rounds 12
+    .venv/bin/python benchmarks/simulate_focus.py aa --campaigns 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import simulate as sim
+
+
+def power(campaigns: int, rounds: int, seed: int) -> float:
+    """Share of campaigns calling the +2% on decode 128K "changed" (right sign), the
+    campaigns of ``simulate.study_tables_power`` (same seed, same stream)."""
+    layout = sim.h200(decode=(("128K", 0.02),))
+    rng = sim.rng_for(seed, "tables power", "H200-shaped table", rounds)
+    hit = []
+    with sim.fast_paths():
+        for _ in range(campaigns):
+            cells = sim._cells(layout, next(sim.grow(rng, layout, sim.NORMAL, rounds))[1])
+            hit.append(any(c.verdict == "changed" and (c.change or 0) > 0
+                           for rd, _a, c in cells if rd.effect(layout.arms[1]) > 0
+                           and rd.metric == "decode_tok_s"))
+    return sim.share(hit)
+
+
+def aa(campaigns: int, seed: int, noise: sim.Noise, rounds: int) -> float:
+    """Share of A/A H200-shaped tables (exact memory rows the only change) with any false
+    "changed", shown or not."""
+    layout = sim.h200()
+    rng = sim.rng_for(seed, "aa-extra", noise, rounds)
+    with sim.fast_paths():
+        got = [sim._cells(layout, next(sim.grow(rng, layout, noise, rounds))[1])
+               for _ in range(campaigns)]
+    return sim.share([sim.false_changed(c) for c in got])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("study", choices=("power", "aa"))
+    ap.add_argument("--campaigns", type=int, default=400)
+    ap.add_argument("--rounds", type=int, default=12, help="power: rounds per campaign")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="default: 20261201 for power (simulate.py's), 7 for aa")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    se = lambda p: math.sqrt(p * (1 - p) / args.campaigns) * 100  # noqa: E731
+    if args.study == "power":
+        p = power(args.campaigns, args.rounds, args.seed or 20261201)
+        print(f"| {args.rounds} | {p * 100:.1f}% | {se(p):.1f} | {args.campaigns} |")
+    else:
+        print("| noise | rounds | false \"changed\" | se | campaigns |\n|---|---|---|---|---|")
+        for noise in sim.TABLE_NOISES:
+            if noise.short not in ("2%", "3%", "bimodal 9%"):
+                continue
+            for n in (2, 3, 4, 6):
+                p = aa(args.campaigns, args.seed or 7, noise, n)
+                print(f"| {noise.short} | {n} | {p * 100:.1f}% | {se(p):.1f} | "
+                      f"{args.campaigns} |", flush=True)
+    print(f"({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
