@@ -1,12 +1,12 @@
-"""Speculative decoding on the real llama-server (SmolLM2-135M, one thread): n-gram
-drafting and SmolLM2 drafting one token for itself (``-md``, ``draft-simple``) against
-none, on code edits whose answers repeat the code they quote (the built-in ``code-edit``
-set) and on nonce prompts of random words. The acceptance rows come per prompt set, code
-edits above nonce for both kinds of drafts, and the decode rows are compared: the
-self-drafting arm's are decided (a forward pass of the same model per drafted token
-costs it 60-75% of its speed), the n-gram arm's (-4% to -17%) only on a quiet machine
-(docs/serving.md). The servers run at nice -10 as root, ahead of the other test worker's
-processes.
+"""Speculative decoding on the real llama-server (SmolLM2-135M, one thread), two A/Bs
+on code edits whose answers repeat the code they quote (the built-in ``code-edit`` set)
+and on nonce prompts of random words: n-gram drafting against none, whose acceptance
+rows come per prompt set, code edits above nonce, and whose decode rows are compared
+(its -4% to -17% is decided only on a quiet machine: docs/serving.md); and SmolLM2
+drafting one token for itself (``-md``, ``draft-simple``) against none, the same order,
+and its decode rows decided (a forward pass of the same model per drafted token costs
+it 55-75% of its speed). The servers run at nice -10 as root, ahead of the other test
+worker's processes.
 
 Requests sample (temperature 0.8, one seed), as served chat does: greedy, SmolLM2-135M
 continues random words with a loop ("it is a story of the old man." again and again),
@@ -37,30 +37,18 @@ def spec_types(server: str) -> str:
     return line
 
 
-def test_acceptance_rows_per_prompt_set(tmp_path: Path, real_parts: dict[str, str]) -> None:
-    help_line = spec_types(real_parts["server"])
-    assert "ngram-simple" in help_line, help_line  # this build's name of the mode
-    mine = ("--metrics", "--alias", str(tmp_path))  # the alias marks our processes
-    none = llama_start(real_parts, *mine, ctx=1024)
-    # ngram-simple looks up 12-grams by default: none repeat in a 48-token answer; a 3-gram
-    # lookup proposing 8 tokens drafts on code edits (the quoted code) and seldom on
-    # random words
-    ngram = llama_start(real_parts, *mine, "--spec-type", "ngram-simple",
-                        "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "8",
-                        ctx=1024)
-    # SmolLM2 drafting one token for itself: greedy drafts of a sampled target are
-    # accepted where the target is sure of its next token (quoted code more than random
-    # words), and each costs a whole forward pass of the same model, so its decode rows
-    # fall by 60-85%, beyond any noise the other test worker makes
-    self_draft = llama_start(real_parts, *mine, "--spec-type", "draft-simple",
-                             "-md", real_parts["model"], "-td", "1",
-                             "--spec-draft-n-max", "1", ctx=1024)
+def _campaign(tmp_path: Path, arms: dict[str, list[str]], *, prompts: int,
+              max_tokens: int) -> tuple[str, dict[str, dict[str, dict]]]:
+    """Run the arms for 3 rounds on the code-edit and nonce sets (``prompts`` of each,
+    sampled); the output and, per prompt set, the speculative rows' cells by metric."""
     # the servers first on the CPU (as root: a negative nice), so that the other test
     # worker's server and clients take what is left: on 2 cores shared with it, the arms'
     # rounds varied by a CV of 23-27% at nice 0 and no verdict came at 3-5 rounds; at
     # nice -10, 2-12% (docs/serving.md)
     nice = -10 if os.geteuid() == 0 else 0
-    arms = write_arms(tmp_path / "arms.yaml", f"""
+    listed = "\n".join(f"          - {{name: {a}, start: {json.dumps(argv)}}}"
+                        for a, argv in arms.items())
+    path = write_arms(tmp_path / "arms.yaml", f"""
         rounds: 3
         warmup: 1
         seed: 11
@@ -70,50 +58,81 @@ def test_acceptance_rows_per_prompt_set(tmp_path: Path, real_parts: dict[str, st
           request_extra: {{temperature: 0.8, seed: 7}}
           nice: {nice}
         arms:
-          - {{name: none, start: {json.dumps(none)}}}
-          - {{name: ngram, start: {json.dumps(ngram)}}}
-          - {{name: self, start: {json.dumps(self_draft)}}}
+{listed}
         workloads:
           - contexts: [32]
             decode_tokens: 4
         speculative:
-          sets: [code-edit, {{name: nonce, nonce: {{count: 4}}}}]
-          prompts: 4
-          max_tokens: 48
+          sets: [code-edit, {{name: nonce, nonce: {{count: {prompts}}}}}]
+          prompts: {prompts}
+          max_tokens: {max_tokens}
         """)
     results = tmp_path / "results"
-    res = CliRunner().invoke(app, ["run", str(arms), "--results", str(results), "--plain"])
+    res = CliRunner().invoke(app, ["run", str(path), "--results", str(results), "--plain"])
     assert res.exit_code == 0, res.output
     (run,) = list_runs(results)
     report = json.loads((run.path / "report.json").read_text())
-    rows = {(r["workload"], r["metric"]): r for r in report["rows"]}
+    rows = {(r["workload"], r["metric"]): r["cells"] for r in report["rows"]}
+    out = {}
     for s in ("code-edit", "nonce"):
         for metric in ("spec_accept_rate", "spec_accept_len", "spec_drafted_per_token"):
             assert ("speculative " + s, metric) in rows, sorted(rows)
-    acc = {s: rows[("speculative " + s, "spec_accept_rate")]["cells"]
-           for s in ("code-edit", "nonce")}
-    drafted = rows[("speculative code-edit", "spec_drafted_per_token")]["cells"]
-    decode = {s: rows[("speculative " + s, "decode_tok_s")]["cells"]
-              for s in ("code-edit", "nonce")}
-    print("acceptance:", {s: {a: round(c["mean"], 3) for a, c in v.items()}
-                          for s, v in acc.items()})
-    print("drafted/token code-edit:", {a: round(c["mean"], 3) for a, c in drafted.items()})
-    print("decode:", {s: {a: (round(c["mean"], 1), c.get("verdict"), c.get("change"))
-                          for a, c in v.items()} for s, v in decode.items()})
-    assert "none" not in acc["code-edit"]  # nothing drafted: no rate, never a 0
-    # the order a deployment shows: a draft looked up in the quoted code is usually right,
-    # one looked up in random words seldom; a draft model's greedy guess is right more
-    # often where the target is sure of its next token
-    for arm in ("ngram", "self"):
-        assert acc["code-edit"][arm]["mean"] > acc["nonce"][arm]["mean"] + 0.1, acc
-        assert drafted["none"]["mean"] == 0 and drafted[arm]["mean"] > 0
-    # the decode rows decided: a forward pass of the draft model per drafted token costs
-    # the self-drafting arm more than half its speed. The n-gram arm's rows are compared
-    # (its -4% to -17% is decided at 3 rounds on a quiet machine, not beside every other
-    # test: docs/serving.md)
-    for s, d in decode.items():
-        assert d["self"]["verdict"] == "changed", (s, d)
-        assert d["self"]["comparison"]["change"] < -0.3, (s, d)
-        assert d["ngram"]["verdict"] != "too_few_rounds", decode
+        out[s] = {m: rows[(w, m)] for w, m in rows if w == "speculative " + s}
+    print({s: {m: {a: (round(c["mean"], 3), c.get("verdict"))
+                   for a, c in cells.items()}
+               for m, cells in v.items() if m.startswith(("spec_accept_rate", "decode"))}
+           for s, v in out.items()})
     assert "| speculative code-edit acceptance |" in res.output
     assert no_process_left(started_pids(servers=True))
+    return res.output, out
+
+
+def test_acceptance_rows_per_prompt_set(tmp_path: Path, real_parts: dict[str, str]) -> None:
+    help_line = spec_types(real_parts["server"])
+    assert "ngram-simple" in help_line, help_line  # this build's name of the mode
+    mine = ("--metrics", "--alias", str(tmp_path))  # the alias marks our processes
+    # ngram-simple looks up 12-grams by default: none repeat in a 48-token answer; a 3-gram
+    # lookup proposing 8 tokens drafts on code edits (the quoted code) and seldom on
+    # random words. 4 prompts of 48 tokens: with 3 prompts the margin was 0.097, and with
+    # 40 tokens the order reversed (docs/serving.md)
+    _out, sets = _campaign(tmp_path, {
+        "none": llama_start(real_parts, *mine, ctx=1024),
+        "ngram": llama_start(real_parts, *mine, "--spec-type", "ngram-simple",
+                             "--spec-ngram-simple-size-n", "3",
+                             "--spec-ngram-simple-size-m", "8", ctx=1024)},
+        prompts=4, max_tokens=48)
+    acc = {s: v["spec_accept_rate"] for s, v in sets.items()}
+    drafted = sets["code-edit"]["spec_drafted_per_token"]
+    assert "none" not in acc["code-edit"]  # nothing drafted: no rate, never a 0
+    # the order a deployment shows: a draft looked up in the quoted code is usually right,
+    # one looked up in random words seldom
+    assert acc["code-edit"]["ngram"]["mean"] > acc["nonce"]["ngram"]["mean"] + 0.1, acc
+    assert drafted["none"]["mean"] == 0 and drafted["ngram"]["mean"] > 0
+    # every decode row compared; not asserted decided: its -4% to -17% is decided at 3
+    # rounds on a quiet machine, not beside every other test (docs/serving.md). The test
+    # below decides a larger change
+    assert all(v["decode_tok_s"]["ngram"]["verdict"] != "too_few_rounds"
+               for v in sets.values()), sets
+
+
+def test_a_model_drafting_for_itself_decides_the_decode_rows(
+        tmp_path: Path, real_parts: dict[str, str]) -> None:
+    """SmolLM2 drafting one token for itself (``-md``, ``draft-simple``): greedy drafts
+    of a sampled target are accepted where the target is sure of its next token (quoted
+    code more than random words), and each costs a forward pass of the same model, so
+    the decode rows fall by 55-75%, beyond what a round moves beside the other test
+    worker: decided at 3 rounds. 2 prompts of 32 tokens a set keep it to about a minute
+    (acceptance 0.62 against 0.41 on the first run)."""
+    mine = ("--metrics", "--alias", str(tmp_path))
+    _out, sets = _campaign(tmp_path, {
+        "none": llama_start(real_parts, *mine, ctx=1024),
+        "self": llama_start(real_parts, *mine, "--spec-type", "draft-simple",
+                            "-md", real_parts["model"], "-td", "1",
+                            "--spec-draft-n-max", "1", ctx=1024)},
+        prompts=2, max_tokens=32)
+    acc = {s: v["spec_accept_rate"]["self"]["mean"] for s, v in sets.items()}
+    assert acc["code-edit"] > acc["nonce"] + 0.1, acc
+    for s, v in sets.items():
+        d = v["decode_tok_s"]["self"]
+        assert d["verdict"] == "changed" and d["comparison"]["change"] < -0.3, (s, d)
+        assert v["spec_drafted_per_token"]["self"]["mean"] > 0.3, (s, v)
