@@ -810,20 +810,24 @@ def study_tables_aa(campaigns: Callable[[int], int], seed: int
     """H200-shaped tables whose only real changes are the exact memory rows (-40.2%):
     the share with any false "changed" (shown or hidden), the share with one among the
     shown rows, and the share of exact cells decided right."""
-    layout = h200()
     out = {}
     with fast_paths():
         for noise in TABLE_NOISES:
             for n in TABLE_NS:
-                rng = rng_for(seed, "tables A/A", noise, n)
-                got = [_cells(layout, next(grow(rng, layout, noise, n))[1])
-                       for _ in range(campaigns(n))]
+                got = aa_tables(campaigns(n), rng_for(seed, "tables A/A", noise, n), noise, n)
                 shown = [[(rd, a, c) for rd, a, c in cells if c.family in ("table", "counts")]
                          for cells in got]
                 exact = [right(rd, a, c) for cells in got for rd, a, c in cells if c.exact]
                 out[noise.label, n] = (share([false_changed(c) for c in got]),
                                        share([false_changed(c) for c in shown]), share(exact))
     return out
+
+
+def aa_tables(campaigns: int, rng: np.random.Generator, noise: Noise, n: int) -> list[Cells]:
+    """The cells of ``campaigns`` H200-shaped A/A tables (the exact memory rows the only
+    change) at ``n`` rounds."""
+    layout = h200()
+    return [_cells(layout, next(grow(rng, layout, noise, n))[1]) for _ in range(campaigns)]
 
 
 POWER_NS = (4, 6, 12, 24)
@@ -838,15 +842,21 @@ def study_tables_power(campaigns: int, seed: int) -> dict[tuple[str, int], float
     with fast_paths():
         for name, layout in layouts:
             for n in POWER_NS:
-                rng = rng_for(seed, "tables power", name, n)
-                hit = []
-                for _ in range(campaigns):
-                    cells = _cells(layout, next(grow(rng, layout, NORMAL, n))[1])
-                    hit.append(any(c.verdict == "changed" and (c.change or 0) > 0
-                                   for rd, _a, c in cells if rd.effect(layout.arms[1]) > 0
-                                   and rd.metric == "decode_tok_s"))
-                out[name, n] = share(hit)
+                out[name, n] = power_at(campaigns, rng_for(seed, "tables power", name, n),
+                                        layout, n)
     return out
+
+
+def power_at(campaigns: int, rng: np.random.Generator, layout: Layout, n: int) -> float:
+    """Share of ``campaigns`` at ``n`` rounds calling the layout's planted decode change
+    "changed" with the right sign."""
+    hit = []
+    for _ in range(campaigns):
+        cells = _cells(layout, next(grow(rng, layout, NORMAL, n))[1])
+        hit.append(any(c.verdict == "changed" and (c.change or 0) > 0
+                       for rd, _a, c in cells if rd.effect(layout.arms[1]) > 0
+                       and rd.metric == "decode_tok_s"))
+    return share(hit)
 
 
 #: rounds to decide: the campaigns' starting rounds, and the most rounds carried on to

@@ -20,28 +20,20 @@ import simulate as sim
 
 
 def power(campaigns: int, rounds: int, seed: int) -> float:
-    """Share of campaigns calling the +2% on decode 128K "changed" (right sign), the
+    """Share of campaigns calling the +2% on decode 128K "changed" (right sign): the
     campaigns of ``simulate.study_tables_power`` (same seed, same stream)."""
-    layout = sim.h200(decode=(("128K", 0.02),))
-    rng = sim.rng_for(seed, "tables power", "H200-shaped table", rounds)
-    hit = []
+    name = "H200-shaped table"
     with sim.fast_paths():
-        for _ in range(campaigns):
-            cells = sim._cells(layout, next(sim.grow(rng, layout, sim.NORMAL, rounds))[1])
-            hit.append(any(c.verdict == "changed" and (c.change or 0) > 0
-                           for rd, _a, c in cells if rd.effect(layout.arms[1]) > 0
-                           and rd.metric == "decode_tok_s"))
-    return sim.share(hit)
+        return sim.power_at(campaigns, sim.rng_for(seed, "tables power", name, rounds),
+                            sim.h200(decode=(("128K", 0.02),)), rounds)
 
 
 def aa(campaigns: int, seed: int, noise: sim.Noise, rounds: int) -> float:
     """Share of A/A H200-shaped tables (exact memory rows the only change) with any false
     "changed", shown or not."""
-    layout = sim.h200()
-    rng = sim.rng_for(seed, "aa-extra", noise, rounds)
     with sim.fast_paths():
-        got = [sim._cells(layout, next(sim.grow(rng, layout, noise, rounds))[1])
-               for _ in range(campaigns)]
+        got = sim.aa_tables(campaigns, sim.rng_for(seed, "aa-extra", noise, rounds), noise,
+                            rounds)
     return sim.share([sim.false_changed(c) for c in got])
 
 

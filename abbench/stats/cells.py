@@ -59,26 +59,24 @@ def compare_cells(cells: Sequence[CellInput]) -> list[Comparison | None]:
                           arm_name=c.arm_name, hosts=c.hosts, totals=c.totals)
              for c in cells]
     idx = [k for k, c in enumerate(first) if c is not None]
-    comps = [first[k] for k in idx]
+    comps = [c for c in first if c is not None]
     if not comps:
         return first
     fams = [family(cells[k].metric, cells[k].shown) for k in idx]
     mets = [cells[k].metric for k in idx]
-    pools = family_pools(comps, fams, mets,  # type: ignore[arg-type]
-                         [cells[k].ratios() for k in idx])
-    for j, k in enumerate(idx):
-        c, ci, pool = comps[j], cells[k], pools[fams[j], mets[j]]
-        if pool is None or pool.cells < MODERATE_FROM or c is None or ci.hosts \
-                or c.kind != "sampled" or c.exact \
-                or c.sd_log is None or c.sd_log <= 0 or c.n < 2:
+    pools = family_pools(comps, fams, mets, [cells[k].ratios() for k in idx])
+    for j, (k, c) in enumerate(zip(idx, comps, strict=True)):
+        ci, pool = cells[k], pools[fams[j], mets[j]]
+        if pool is None or pool.cells < MODERATE_FROM or ci.hosts or c.kind != "sampled" \
+                or c.exact or c.sd_log is None or c.sd_log <= 0 or c.n < 2:
             continue
         sd, df = pool.moderate(c.sd_log, c.n - 1)
         if df > c.n - 1 + 1e-9:
             comps[j] = compare(ci.base, ci.arm, direction=ci.direction, alpha=ci.alpha,
                                noise_band=ci.noise_band, base_name=ci.base_name,
-                               arm_name=ci.arm_name, kind=c.kind, pooled=(sd, df))
+                               arm_name=ci.arm_name, kind=c.kind, pooled=(sd, df)) or c
     out = list(first)
-    for k, c in zip(idx, adjust(comps, fams, mets, pools), strict=True):  # type: ignore[arg-type]
+    for k, c in zip(idx, adjust(comps, fams, mets, pools), strict=True):
         out[k] = c
     return out
 

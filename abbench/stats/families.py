@@ -37,8 +37,8 @@ def rounds_for(c: Comparison, alpha_changed: float, pooled: Pool | None = None) 
     if pooled is not None and (pooled.prior or pooled.df > c.n - 1):
         sd, dff = pooled.moderate(c.sd_log, c.n - 1)
         df, spread = int(dff), pooled.spread
-        if c.moderated is not None:  # the verdict at N tests with the moderated sd too
-            gain = max(1.0, dff / (c.n - 1))
+    if c.moderated is not None:  # the verdict at N tests with the moderated sd too
+        gain = max(1.0, c.moderated[1] / (c.n - 1))
     if c.bimodal is not None:
         sd, known = max(sd, c.bimodal / math.sqrt(2.0)), True
     return rounds_to_decide(math.log1p(c.change), sd, c.n, lo, hi, alpha_changed=alpha_changed,

@@ -404,12 +404,12 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     agree_all = n >= 2 and bool(np.all(np.abs(d - d[0]) <= 1e-12))
     exact = kind == "deterministic" and agree_all
     agree = agree_all and not exact
+    pooled = None if exact or agree or n < 2 else pooled
     if exact:
         m0 = float(d[0])
         t = TResult(m0, 0.0, m0, m0, 1.0 if m0 == 0 else 0.0)
         w = WilcoxonResult(m0, m0, m0, math.nan)  # decides nothing here: not run
     else:
-        pooled = None if agree or n < 2 else pooled
         t = t_interval(d, 2 * alpha, pooled)
         w = wilcoxon_hl(d, 2 * alpha)
     if exact:
@@ -422,7 +422,7 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     else:
         p_band = p_beyond_band(t.mean, t.sd, n, hi_edge, lo_edge)
     test = "exact (every round the same log-ratio)" if exact else "paired t on log-ratios"
-    if pooled is not None and not exact:
+    if pooled is not None:
         test += f" (sd {pooled[0] * 100:.2f}% moderated by like cells, {pooled[1]:.1f} df)"
     if n < 2:
         verdict: Verdict = "too_few_rounds"
@@ -458,7 +458,7 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
         t_hi=_frac(t.hi), wilcoxon_p=None if exact else w.p, hl=_frac(w.hl),
         hl_lo=_frac(w.lo), hl_hi=_frac(w.hi), exact=exact, rounds_needed=None,
         comparisons=1, outliers=outl, cv=cvs, drift=drifts, warnings=tuple(warnings),
-        kind=kind, bimodal=bimodal, moderated=pooled if not (exact or agree) else None)
+        kind=kind, bimodal=bimodal, moderated=pooled)
     return c
 
 
