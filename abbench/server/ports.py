@@ -73,10 +73,30 @@ def bind_failed(log: str) -> bool:
     return _BIND_FAILED.search(log) is not None
 
 
+#: how much earlier than our server a process may start and still be taken for one of
+#: its own (psutil's start times tick at 1/100 s)
+START_SLACK_S = 0.1
+
+
+def start_time(pid: int) -> float | None:
+    """When ``pid`` started, on psutil's clock: it counts from the boot time in whole
+    seconds, so it can read up to a second before time.time() at the same instant.
+    Start times are compared on this clock only (a child that cleared its environment
+    read as an older stray against the wall clock, on a machine whose boot time had a
+    large fraction). None when the process is gone or the system does not tell."""
+    try:
+        import psutil
+
+        return float(psutil.Process(pid).create_time())
+    except Exception:
+        return None
+
+
 def foreign_listener(port: int, since: float, own_pgid: int,
                      own: set[int] | None = None, token: str | None = None) -> str | None:
     """Another process that listens on ``port`` and started before our server did (a
-    stray server that took the port first), or belongs to another server life (carries
+    stray server that took the port first; ``since``: our server's :func:`start_time`),
+    or belongs to another server life (carries
     another life's token, whenever it started: a concurrent run's server that bound the
     port while ours was still loading), described; None when the port is held by the
     server's own process group or life (``own``: its setsid children too), by
@@ -99,7 +119,7 @@ def foreign_listener(port: int, since: float, own_pgid: int,
                 return None
             proc = psutil.Process(pid)
             other = life_of(pid)
-            if proc.create_time() < since - 0.5 or other not in (None, token):
+            if proc.create_time() < since - START_SLACK_S or other not in (None, token):
                 strays.append(f"pid {pid} ({proc.name()})")
         except (psutil.Error, OSError):
             continue

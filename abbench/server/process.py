@@ -46,7 +46,14 @@ from abbench.errors import (
 from abbench.server.http import Transport, TransportError
 from abbench.server.interrupts import shielded
 from abbench.server.logwatch import LogWatch, tail
-from abbench.server.ports import bind_failed, foreign_listener, free_port, port_in_use
+from abbench.server.ports import (
+    START_SLACK_S,
+    bind_failed,
+    foreign_listener,
+    free_port,
+    port_in_use,
+    start_time,
+)
 from abbench.server.shm import group_shm, remove_stale_shm, shm_inodes
 from abbench.server.tree import (
     LIFE_VAR,
@@ -110,6 +117,9 @@ class Server:
     reaper: subprocess.Popen[bytes] | None
     started_at: float
     started_wall: float = field(default_factory=time.time)
+    #: the server's start on psutil's clock (:func:`~abbench.server.ports.start_time`):
+    #: what other processes' start times are compared with
+    started_clock: float = 0.0
     ready_at: float | None = None
     ready_noticed_lag: float | None = None
     stopped: bool = False
@@ -172,7 +182,7 @@ class Server:
                     r = poll.get(path, timeout=max(ready.interval * 20, 1.0), max_body=65536)
                     if r.status == 200:
                         now = time.perf_counter()  # before the check below, which takes ms
-                        stray = foreign_listener(self.port, self.started_wall, self.proc.pid,
+                        stray = foreign_listener(self.port, self.started_clock, self.proc.pid,
                                                  own=self.processes(), token=self.token)
                         if stray is not None:
                             raise PortTaken(
@@ -317,7 +327,7 @@ class Server:
         # another life's server (this abbench's or another's) that took the port since
         # is not ours to kill: it carries its own token
         stray = {p for p in port_listeners(self.port) if p != os.getpid()
-                 and life_of(p) in (None, self.token) and _started_after(p, self.started_wall)}
+                 and life_of(p) in (None, self.token) and _started_after(p, self.started_clock)}
         if stray:
             self._log(f"killed {describe(stray)}: it listened on the life's port {self.port} "
                       "after the stop, outside the server's group and environment")
@@ -382,13 +392,15 @@ def _wait_group_empty(pgid: int, deadline: float) -> None:
         time.sleep(0.05)
 
 
-def _started_after(pid: int, wall: float) -> bool:
-    """Whether process ``pid`` is ours and started after ``wall`` (time.time())."""
+def _started_after(pid: int, clock: float) -> bool:
+    """Whether process ``pid`` is ours and started after ``clock`` (psutil's clock:
+    :func:`~abbench.server.ports.start_time`)."""
     try:
         import psutil
 
         proc = psutil.Process(pid)
-        return proc.uids().real == os.getuid() and proc.create_time() >= wall - 0.5
+        return proc.uids().real == os.getuid() and \
+            proc.create_time() >= clock - START_SLACK_S
     except Exception:
         return False
 
@@ -492,8 +504,10 @@ def _spawn(arm: ResolvedArm, round_: int, port: int, argv: list[str], env: dict[
                           hint="name CPUs abbench may use (see taskset -p $$), and a nice "
                                "value of 0 or more unless abbench runs as root") from None
     started = time.perf_counter()
+    clock = start_time(proc.pid)  # psutil's clock reads up to a second early: see there
     return Server(arm=arm, round=round_, port=port, log_path=log_path, proc=proc, reaper=reaper,
-                  started_at=started, token=token, _log_file=log_file)
+                  started_at=started, token=token, _log_file=log_file,
+                  started_clock=time.time() - 1.0 if clock is None else clock)
 
 
 def _popen_error(e: OSError, arm: ResolvedArm, round_: int, argv: list[str]) -> AbbenchError:

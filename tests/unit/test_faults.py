@@ -41,3 +41,41 @@ def test_reaper_without_a_server_exits() -> None:
     assert reaper.wait(timeout=10) == 0
 
 
+
+
+def test_start_times_are_compared_on_one_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """psutil counts a process's start from the boot time in whole seconds, so its start
+    times can read up to a second before time.time() (1.0 s on the machine of a cold
+    run, 2026-12-03): a server's child that cleared its environment, started after the
+    server, read as an older stray holding the life's port, and the run failed. The
+    start times are compared with the server's own, on psutil's clock."""
+    import socket
+    import sys
+    import time
+
+    import psutil
+
+    from abbench.server import ports
+
+    real = psutil.Process.create_time
+    monkeypatch.setattr(psutil.Process, "create_time", lambda self: real(self) - 0.95)
+    leader = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); "
+            "s.listen(); print('up', flush=True); time.sleep(30)")
+    wall = time.time()
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             start_new_session=True, env={})  # no token, no group of ours
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"up\n"
+        clock = ports.start_time(leader.pid)
+        assert clock is not None and clock < wall - 0.5  # the clock reads early
+        assert ports.foreign_listener(port, clock, leader.pid) is None
+        assert ports.foreign_listener(port, wall, leader.pid) == \
+            f"pid {child.pid} ({psutil.Process(child.pid).name()})"  # against the wall clock
+    finally:
+        for p in (leader, child):
+            p.kill()
+            p.wait()
