@@ -7,6 +7,7 @@
 #
 #   eval "$(bash scripts/chromium.sh)"; export CHROMIUM
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"  # apt_get: one apt-get at a time
 find_it() { command -v chromium || command -v chromium-browser || true; }
 bin=$(find_it)
 if [[ -z $bin ]]; then
@@ -18,10 +19,10 @@ if [[ -z $bin ]]; then
   export DEBIAN_FRONTEND=noninteractive
   if ! apt-cache show chromium >/dev/null 2>&1; then
     echo "chromium.sh: apt-get update" >&2
-    apt-get update -qq >&2
+    apt_get update -qq >&2
   fi
   echo "chromium.sh: apt-get install chromium" >&2
-  apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >&2
+  apt_get install -y -qq --no-install-recommends chromium fonts-dejavu-core >&2
   bin=$(find_it)
 fi
 if [[ -z $bin ]]; then

@@ -32,12 +32,13 @@ tags=(base noop1 slow noop2)
 slow_subject="abbench-test: slow decode (a fixed busy loop per decode call; llama-git-repo v2)"
 
 log() { echo "llama-git-repo: $*" >&2; }
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"  # apt_get: one apt-get at a time
 
 if ! command -v ccache >/dev/null 2>&1; then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
     log "installing ccache (apt-get)"
-    apt-get install -y -q ccache >/dev/null 2>&1 \
-      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q ccache >/dev/null 2>&1; } \
+    apt_get install -y -q ccache >/dev/null 2>&1 \
+      || { apt_get update -q >/dev/null 2>&1 && apt_get install -y -q ccache >/dev/null 2>&1; } \
       || log "could not install ccache; builds will compile everything every time"
   else
     log "ccache not found (install it for faster builds of neighbouring refs)"

@@ -83,6 +83,8 @@ answers() {  # this mode's daemons run, the controller answers, the node is usab
     timeout 10 sinfo -h -n localhost -o '%t' 2>/dev/null | grep -qE '^(idle|mix|alloc|comp)'
 }
 
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"  # apt_get: one apt-get at a time
+
 install() {
   if command -v slurmctld >/dev/null && command -v slurmd >/dev/null &&
      command -v sbatch >/dev/null && command -v munged >/dev/null; then
@@ -90,8 +92,8 @@ install() {
   fi
   command -v apt-get >/dev/null || die "slurm-wlm/munge missing and no apt-get: install Slurm"
   say "installing slurm-wlm and munge (apt-get)"
-  apt-get update -qq >&2 || die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  apt_get update -qq >&2 || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends \
     slurm-wlm munge >&2 || die "apt-get install slurm-wlm munge failed"
 }
 
@@ -101,8 +103,8 @@ install_accounting() {
     return
   fi
   say "installing slurmdbd and mariadb-server (apt-get)"
-  apt-get update -qq >&2 || die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  apt_get update -qq >&2 || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends \
     slurmdbd mariadb-server >&2 || die "apt-get install slurmdbd mariadb-server failed"
 }
 
