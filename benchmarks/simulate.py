@@ -52,6 +52,7 @@ from abbench.model.rows import RowKey
 from abbench.model.schedule import Order, make_schedule
 from abbench.report.selection import pick_rows
 from abbench.report.table import Cell, Row, compare_rows
+from abbench.report.verdicts import MANY_ROUNDS
 from abbench.stats import paired
 from abbench.stats.paired import Comparison
 from abbench.stats.stopping import (
@@ -859,28 +860,51 @@ def power_at(campaigns: int, rng: np.random.Generator, layout: Layout, n: int) -
     return share(hit)
 
 
-#: rounds to decide: the campaigns' starting rounds, and the most rounds carried on to
+#: rounds to decide: the campaigns' starting rounds. Every stated k is followed, up to
+#: MANY_ROUNDS (past it a cell says "needs >200 rounds", no k)
 RTD_NS = (3, 6)
-RTD_CAP = 40
+#: the rounds the drift scenario's +5% spans (past them it goes on at that rate)
+RTD_DRIFT = 40
+#: the ranges of k the share decided is also shown by
+RTD_BINS = ((1, 5), (6, 15), (16, 40), (41, 100), (101, MANY_ROUNDS))
 
 
-def study_rounds(campaigns: int, seed: int) -> dict[tuple[str, int], tuple[float, int, float]]:
-    """Every undecided cell that says "about k more rounds (80%)" with n + k <= RTD_CAP:
-    the campaign carried on to n + k rounds, is the cell decided there? (share decided,
-    cells, share of undecided cells that gave such a k)."""
-    scenarios = [(nz.label, h200(), nz) for nz in TABLE_NOISES]
-    scenarios.append(("+2% on decode 128K, 1%", h200(decode=(("128K", 0.02),)), NORMAL))
+@dataclass(frozen=True)
+class Followed:
+    """The undecided cells of one scenario and n: (k stated, decided at n + k) for each
+    cell that states a k, and how many cells were undecided."""
+
+    cells: tuple[tuple[int, bool], ...]
+    undecided: int
+
+    @property
+    def decided(self) -> float:
+        return share([d for _k, d in self.cells])
+
+    @property
+    def stated(self) -> float:
+        return len(self.cells) / self.undecided if self.undecided else math.nan
+
+
+def rounds_scenarios() -> list[tuple[str, Layout, Noise]]:
+    return [*[(nz.label, h200(), nz) for nz in TABLE_NOISES],
+            ("+2% on decode 128K, 1%", h200(decode=(("128K", 0.02),)), NORMAL)]
+
+
+def study_rounds(campaigns: int, seed: int, ns: Sequence[int] = RTD_NS
+                 ) -> dict[tuple[str, int], Followed]:
+    """Every undecided cell that says "about k more rounds (80%)": the campaign carried
+    on to n + k rounds, is the cell decided there?"""
     out = {}
     with fast_paths():
-        for label, layout, noise in scenarios:
-            for n in RTD_NS:
+        for label, layout, noise in rounds_scenarios():
+            for n in ns:
                 rng = rng_for(seed, "rounds", label, n)
-                decided: list[bool] = []
-                stated = 0
+                followed: list[tuple[int, bool]] = []
                 undecided = 0
                 for _ in range(campaigns):
                     want: dict[int, list[tuple[str, str, str]]] = {}
-                    it = grow(rng, layout, noise, n, horizon=RTD_CAP)
+                    it = grow(rng, layout, noise, n, horizon=RTD_DRIFT)
                     _n0, rows = next(it)
                     for row in rows:
                         for arm, cell in row.cells.items():
@@ -888,13 +912,12 @@ def study_rounds(campaigns: int, seed: int) -> dict[tuple[str, int], tuple[float
                             if arm == layout.arms[0] or c is None or c.verdict in DECIDED:
                                 continue
                             undecided += 1
-                            if c.rounds_needed is not None and c.rounds_needed <= RTD_CAP:
+                            if c.rounds_needed is not None and c.rounds_needed <= MANY_ROUNDS:
                                 want.setdefault(c.rounds_needed, []).append(
                                     (row.workload, row.metric, arm))
                     if not want:
                         it.close()
                         continue
-                    stated += sum(len(v) for v in want.values())
                     with contextlib.suppress(StopIteration):
                         got = it.send(sorted(want))
                         while True:
@@ -903,10 +926,10 @@ def study_rounds(campaigns: int, seed: int) -> dict[tuple[str, int], tuple[float
                                   for r in rows_n for a, cell in r.cells.items()}
                             for key in want.get(big_n, []):
                                 cn = by.get(key)
-                                decided.append(cn is not None and cn.verdict in DECIDED)
+                                followed.append((big_n - n,
+                                                 cn is not None and cn.verdict in DECIDED))
                             got = next(it)
-                out[label, n] = (share(decided), len(decided),
-                                 stated / undecided if undecided else math.nan)
+                out[label, n] = Followed(tuple(followed), undecided)
     return out
 
 
@@ -1039,6 +1062,31 @@ def study_patterns(campaigns: int, seed: int) -> dict[int, tuple[float, float]]:
     return {n: study_pattern(campaigns, seed, n) for n in (2, 3)}
 
 
+def render_rounds(rounds: dict[tuple[str, int], Followed]) -> list[str]:
+    """§0c's tables: the share decided at n + k by scenario and n, and by the k stated."""
+    ns = sorted({n for _label, n in rounds})
+    rt = ["| scenario | " + " | ".join(f"from {n} rounds: decided at n + k (cells)"
+                                       for n in ns) + " | share of undecided cells "
+          "that state a k |", "|---|" + "---|" * (len(ns) + 1)]
+    labels = list(dict.fromkeys(key[0] for key in rounds))
+    for label in labels:
+        cells = [f"{_pc(rounds[label, n].decided)} ({len(rounds[label, n].cells)})"
+                 for n in ns]
+        given = " / ".join(_pc(rounds[label, n].stated) for n in ns)
+        rt.append(f"| {label} | " + " | ".join(cells) + f" | {given} |")
+    bins = ["| scenario | " + " | ".join(f"k {a}-{b}" for a, b in RTD_BINS) + " |",
+            "|---|" + "---|" * len(RTD_BINS)]
+    for label in labels:
+        both = [x for n in ns for x in rounds[label, n].cells]
+        got = [[d for k_, d in both if a <= k_ <= b] for a, b in RTD_BINS]
+        bins.append(f"| {label} | " + " | ".join(
+            f"{_pc(share(g))} ({len(g)})" if g else "–" for g in got) + " |")
+    start = " and ".join(str(n) for n in ns) + (" rounds together" if len(ns) > 1 else
+                                                 " rounds")
+    return [*rt, "", f"By the k stated (from {start}): share decided at n + k (cells).",
+            "", *bins]
+
+
 def render_tables(out: dict[str, Any], k: Counts) -> list[str]:
     """§0: the H200-shaped tables."""
     aa, power, rounds = out["tables_aa"], out["tables_power"], out["rounds"]
@@ -1056,13 +1104,6 @@ def render_tables(out: dict[str, Any], k: Counts) -> list[str]:
         pw.append(f"| {n} | {_pc(power['H200-shaped table', n])} | "
                   f"{_pc(power['one cell', n])} | "
                   f"{_pc(t_ceiling(0.02, 0.01 * math.sqrt(2), n))} |")
-    rt = ["| scenario | " + " | ".join(f"from {n} rounds: decided at n + k (cells)"
-                                       for n in RTD_NS) + " | share of undecided cells "
-          f"given a k with n + k <= {RTD_CAP} |", "|---|" + "---|" * (len(RTD_NS) + 1)]
-    for label in dict.fromkeys(key[0] for key in rounds):
-        cells = [f"{_pc(rounds[label, n][0])} ({rounds[label, n][1]})" for n in RTD_NS]
-        given = " / ".join(_pc(rounds[label, n][2]) for n in RTD_NS)
-        rt.append(f"| {label} | " + " | ".join(cells) + f" | {given} |")
     return [
         "## 0. Tables shaped like the H200 seed run",
         "",
@@ -1090,12 +1131,14 @@ def render_tables(out: dict[str, Any], k: Counts) -> list[str]:
         "### 0c. \"about k more rounds (80%)\": decided at n + k?",
         "",
         "Each campaign of the H200-shaped table stops at n rounds; every undecided cell "
-        f"that states k with n + k <= {RTD_CAP} is followed: the same campaign carried on to "
-        f"n + k rounds, is that cell decided there? {k.rounds} campaigns per scenario and "
-        "n; the share of undecided cells that state such a k is in the last column (the "
-        "rest state more rounds, or none).",
+        "that states a k is followed (a k is stated up to "
+        f"{MANY_ROUNDS} rounds in all; past them a cell says \"needs >{MANY_ROUNDS} "
+        "rounds\"): the same campaign carried on to n + k rounds, is that cell decided "
+        f"there? {k.rounds} campaigns per scenario and n; the share of undecided cells "
+        "that state a k is in the last column (the rest need more rounds). The drift "
+        f"scenario's +5% spans {RTD_DRIFT} rounds and goes on at that rate past them.",
         "",
-        *rt,
+        *render_rounds(rounds),
     ]
 
 
@@ -1116,7 +1159,7 @@ def run(campaigns: int, seed: int, progress: Callable[[str], None] = lambda s: N
     tasks: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = {
         "tables_aa": (study_tables_aa, (k.tables_aa, seed), {}),
         "tables_power": (study_tables_power, (k.tables_power, seed), {}),
-        "rounds": (study_rounds, (k.rounds, seed), {}),
+        **{f"rounds {n}": (study_rounds, (k.rounds, seed, (n,)), {}) for n in RTD_NS},
         "scenarios": (study_scenarios, (k, seed), {}),
         "users": (study_users, (k.users, seed), {}),
         "exact": (study_exact, (k.exact, seed, exact_ns), {}),
@@ -1135,6 +1178,7 @@ def run(campaigns: int, seed: int, progress: Callable[[str], None] = lambda s: N
             for name, fut in futures.items():
                 out[name] = fut.result()
                 step(name)
+    out["rounds"] = {key: v for n in RTD_NS for key, v in out.pop(f"rounds {n}").items()}
     aa = out["aa_fixed"]
 
     pat = out["pattern"]

@@ -1,10 +1,11 @@
 """Focused runs of benchmarks/simulate.py's H200-shaped tables, with more campaigns than
-its full run gives them: the power for an isolated +2% at one number of rounds, and the
-A/A rate at 2-6 rounds under 2-3% noise per arm and bimodal lives (docs/simulation.md,
-issue 27's goals).
+its full run gives them: the power for an isolated +2% at one number of rounds, the
+A/A rate at 2-6 rounds under 2-3% noise per arm and bimodal lives, and "about k more
+rounds (80%)" followed from one number of rounds (docs/simulation.md, issue 27's goals).
 
     .venv/bin/python benchmarks/simulate_focus.py power --campaigns 1500 --rounds 12
     .venv/bin/python benchmarks/simulate_focus.py aa --campaigns 400
+    .venv/bin/python benchmarks/simulate_focus.py rounds --campaigns 64 --rounds 3
 """
 
 from __future__ import annotations
@@ -39,17 +40,21 @@ def aa(campaigns: int, seed: int, noise: sim.Noise, rounds: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("study", choices=("power", "aa"))
+    ap.add_argument("study", choices=("power", "aa", "rounds"))
     ap.add_argument("--campaigns", type=int, default=400)
-    ap.add_argument("--rounds", type=int, default=12, help="power: rounds per campaign")
+    ap.add_argument("--rounds", type=int, default=12,
+                    help="power: rounds per campaign; rounds: the rounds followed from")
     ap.add_argument("--seed", type=int, default=None,
-                    help="default: 20261201 for power (simulate.py's), 7 for aa")
+                    help="default: 20261201 for power and rounds (simulate.py's), 7 for aa")
     args = ap.parse_args()
     t0 = time.perf_counter()
     se = lambda p: math.sqrt(p * (1 - p) / args.campaigns) * 100  # noqa: E731
     if args.study == "power":
         p = power(args.campaigns, args.rounds, args.seed or 20261201)
         print(f"| {args.rounds} | {p * 100:.1f}% | {se(p):.1f} | {args.campaigns} |")
+    elif args.study == "rounds":  # simulate.py's campaigns for the first 1/25 of them
+        got = sim.study_rounds(args.campaigns, args.seed or 20261201, (args.rounds,))
+        print("\n".join(sim.render_rounds(got)))
     else:
         print("| noise | rounds | false \"changed\" | se | campaigns |\n|---|---|---|---|---|")
         for noise in sim.TABLE_NOISES:

@@ -92,7 +92,8 @@ def legend_lines(table: Table) -> list[str]:
         f"a table where nothing changed says \"changed\" in under {alpha * 100:g}% of runs; "
         "the interval then clears the band); "
         f"≈ within noise (the interval inside {band_s}); ? not decided yet (about how many "
-        f"more rounds would decide it with {PROB * 100:g}% probability at the noise seen); "
+        f"more rounds would decide it with {PROB * 100:g}% probability at the noise seen, "
+        "which a few rounds can understate: a small k from them is often short); "
         "exact: every round gave the same value of a metric that does not vary (memory, "
         "token counts), decided on the change as printed and outside the test families.",
     ]

@@ -6,7 +6,7 @@ decide (:func:`rounds_for`), with the noise its like cells share (:func:`pooled_
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -16,7 +16,8 @@ from abbench.stats.decide import rounds_to_decide
 from abbench.stats.paired import Comparison, band_edges, benjamini_hochberg
 
 
-def rounds_for(c: Comparison, alpha_changed: float, pooled: Pool | None = None) -> int | None:
+def rounds_for(c: Comparison, alpha_changed: float, pooled: Pool | None = None,
+               signal: float | None = None) -> int | None:
     """Rounds in all that would decide an undecided cell with 80% chance
     (:func:`abbench.stats.decide.rounds_to_decide`), "changed" at ``alpha_changed``
     (the family's adjusted level); None for a decided cell. ``pooled``: what the like
@@ -25,7 +26,10 @@ def rounds_for(c: Comparison, alpha_changed: float, pooled: Pool | None = None) 
     it has more than the cell's own). Where the verdict tested that moderated sd
     (``c.moderated``), the verdict after N rounds will too: its degrees of freedom are
     taken to grow as today's do over n - 1. Under bimodal lives the sd is the two-level
-    model's: lives at either level with even odds on each arm."""
+    model's: lives at either level with even odds on each arm. A cell without like cells
+    to say how far true effects spread (fewer than three, a counted cell) takes the
+    table's: ``signal`` (:func:`table_signal`) times its own squared standard error; a
+    count's standard error is the binomial one, taken as known."""
     if c.verdict not in ("inconclusive", "too_few_rounds") or c.change is None \
             or c.sd_log is None:
         return None
@@ -41,6 +45,10 @@ def rounds_for(c: Comparison, alpha_changed: float, pooled: Pool | None = None) 
         gain = max(1.0, c.moderated[1] / (c.n - 1))
     if c.bimodal is not None:
         sd, known = max(sd, c.bimodal / math.sqrt(2.0)), True
+    if c.kind == "counted":
+        known = True
+    if spread is None and signal is not None:
+        spread = signal * sd * sd / c.n
     return rounds_to_decide(math.log1p(c.change), sd, c.n, lo, hi, alpha_changed=alpha_changed,
                             alpha_within=c.alpha, sd_known=known, df=df, spread=spread,
                             df_gain=gain)
@@ -65,6 +73,9 @@ class Pool:
     effective: float | None = None
     #: the cells pooled
     cells: int = 0
+    #: over the cells, sum of (squared mean log-ratio - its sampling variance) and sum
+    #: of that variance: what :func:`table_signal` adds up; None below three cells
+    effects: tuple[float, float] | None = None
 
     def moderate(self, sd: float, df: float) -> tuple[float, float]:
         """A cell's sd and degrees of freedom, moderated towards the pool's (Smyth 2004):
@@ -137,15 +148,32 @@ def pooled_sd(comps: Sequence[Comparison],
     var = sum(s * s * (n - 1) for s, n, _m in cells) / df
     if len(cells) < 3:
         return Pool(math.sqrt(var), df, None, effective=eff, cells=len(cells))
-    spread = max(0.0, float(np.mean([math.log1p(m) ** 2 - var / n for _s, n, m in cells])))
+    effects = (float(sum(math.log1p(m) ** 2 - var / n for _s, n, m in cells)),
+               float(sum(var / n for _s, n, _m in cells)))
+    spread = max(0.0, effects[0] / len(cells))
     half = np.array([(n - 1) / 2 for _s, n, _m in cells])
     e = np.log([s * s for s, _n, _m in cells]) - sc.digamma(half) + np.log(half)
     excess = float(e.var(ddof=1) - np.mean(sc.polygamma(1, half)))
     if excess <= 0 or (d0 := 2 * _trigamma_inverse(excess)) >= df:
-        return Pool(math.sqrt(var), df, spread, effective=eff, cells=len(cells))
+        return Pool(math.sqrt(var), df, spread, effective=eff, cells=len(cells),
+                    effects=effects)
     s0 = math.exp(float(e.mean()) + sc.digamma(d0 / 2) - math.log(d0 / 2))
     return Pool(math.sqrt(s0), max(1, round(d0)), spread, prior=True, effective=eff,
-                cells=len(cells))
+                cells=len(cells), effects=effects)
+
+
+def table_signal(pools: Iterable[Pool | None]) -> float | None:
+    """How far true effects spread in this table, in units of their estimates' sampling
+    variance: over every pool of three cells or more, the squared means' excess over
+    their sampling variance, summed, over that variance, summed (0 or more): 0 where
+    the estimates spread no more than noise would make them. A lone cell borrows it
+    (:func:`rounds_for`): its estimate alone cannot tell noise from effect, and a flat
+    prior would read a chance estimate as the change. None without such a pool."""
+    got = [p.effects for p in pools if p is not None and p.effects is not None]
+    if not got:
+        return None
+    noise = sum(v for _e, v in got)
+    return max(0.0, sum(e for e, _v in got)) / noise if noise > 0 else None
 
 
 def _trigamma_inverse(y: float) -> float:
@@ -237,6 +265,7 @@ def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
     shares = _shares(primary)
     out = list(comps)
     changed = cells = 0
+    signal = table_signal(pools.values())
     for name in [*primary, *([GATED] if GATED in names else [])]:
         share = shares.get(name, changed / cells if cells else 1.0)
         idx = [k for k in sorted(tested) if fam[k] == name]
@@ -267,5 +296,5 @@ def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
             joins = m + (1 if scale < 1 and (c.p_raw or 1.0) > SELECT else 0)
             level = c.alpha * at * scale * min(joins, kept + 1) / joins
             pool = pools[fam[k], met[k]] if c.kind == "sampled" else None
-            out[k] = replace(c, rounds_needed=rounds_for(c, level, pool))
+            out[k] = replace(c, rounds_needed=rounds_for(c, level, pool, signal))
     return out

@@ -435,6 +435,39 @@ def test_a_weak_prior_still_moderates_the_rounds() -> None:
     assert sd > c.sd_log and df == 1 + c.n - 1
 
 
+def test_a_lone_cell_borrows_the_tables_spread_of_effects() -> None:
+    """A cell without like cells (a count, a lone timed row) read its chance estimate as
+    the change with a flat prior and promised a verdict: quality counts of 10, 9, 11
+    passes of 16 against 7, 8, 9 said "about 91 more rounds"; in simulated null tables
+    such cells were never decided there. It takes the table's spread of true effects
+    now: none in a table whose like cells spread no more than noise (past 200 rounds),
+    its own estimate in one whose cells moved."""
+    from abbench.report.verdicts import MANY_ROUNDS
+    from abbench.stats.counts import compare_counts
+
+    base = {0: 10.0, 1: 9.0, 2: 11.0}
+    arm = {0: 7.0, 1: 8.0, 2: 9.0}
+    totals = {r: 16.0 for r in base}
+    c = compare_counts(base, arm, base_totals=totals, arm_totals=totals, alpha=0.05)
+    assert c is not None and c.verdict == "inconclusive" and c.kind == "counted"
+
+    def cells(*xs: list[float]) -> list[stats.Comparison]:
+        got = [compare(*_pair(np.array(x))) for x in xs]
+        assert all(g is not None for g in got)
+        return [g for g in got if g is not None]
+
+    null = cells([0.01, -0.01, 0.0], [0.0, 0.01, -0.012], [-0.01, 0.0, 0.011])
+    moved = cells([0.31, 0.29, 0.30], [-0.2, -0.22, -0.21], [0.5, 0.49, 0.51])
+    quiet = families.table_signal([families.pooled_sd(null)])
+    loud = families.table_signal([families.pooled_sd(moved)])
+    assert quiet == 0.0 and loud is not None and loud > 100
+    flat = families.rounds_for(c, 0.005)
+    assert flat is not None and flat <= MANY_ROUNDS  # the old promise
+    assert (families.rounds_for(c, 0.005, signal=quiet) or 0) > MANY_ROUNDS
+    assert families.rounds_for(c, 0.005, signal=loud) == pytest.approx(flat, rel=0.1)
+    assert families.table_signal([None, families.pooled_sd(null[:2])]) is None
+
+
 def test_the_pools_degrees_of_freedom_count_what_the_rounds_share() -> None:
     """Cells that move together over the rounds (one server life under every row) know
     no more of the noise than one of them; independent ones know their sum; two rounds
