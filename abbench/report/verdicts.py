@@ -46,7 +46,10 @@ def more_rounds(c: Comparison) -> str:
     if c.rounds_needed is None or c.rounds_needed > MANY_ROUNDS:
         return f"needs >{MANY_ROUNDS} rounds{f' ({bimodal[2:]})' if bimodal else ''}"
     k = max(1, c.rounds_needed - c.n)
-    return f"about {k} more round{'s' if k > 1 else ''} ({PROB * 100:g}%{bimodal})"
+    plural = "s" if k > 1 else ""
+    if c.sd_log == 0 and not c.exact:  # the sign test's rounds (families.rounds_for)
+        return f"about {k} more round{plural} (if they go on agreeing)"
+    return f"about {k} more round{plural} ({PROB * 100:g}%{bimodal})"
 
 
 def render_comparison(c: Comparison) -> str:

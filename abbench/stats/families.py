@@ -29,11 +29,17 @@ def rounds_for(c: Comparison, alpha_changed: float, pooled: Pool | None = None,
     model's: lives at either level with even odds on each arm. A cell without like cells
     to say how far true effects spread (fewer than three, a counted cell) takes the
     table's: ``signal`` (:func:`table_signal`) times its own squared standard error; a
-    count's standard error is the binomial one, taken as known."""
+    count's standard error is the binomial one, taken as known. A sampled cell whose
+    rounds all gave one log-ratio (a discrete metric: token counts of a replay) is
+    decided by the sign test (:func:`~abbench.stats.paired.sign_p_band`): its rounds are
+    those at which 2^(1 - N) falls below the level, should the rounds go on agreeing."""
     if c.verdict not in ("inconclusive", "too_few_rounds") or c.change is None \
             or c.sd_log is None:
         return None
     lo, hi = band_edges(c.noise_band)
+    if c.sd_log == 0 and not c.exact and c.n >= 2:  # rounds that agree: the sign test
+        level = alpha_changed if not lo <= math.log1p(c.change) <= hi else c.alpha
+        return max(c.n + 1, math.floor(1 - math.log2(level)) + 1) if level > 0 else None
     sd, known = c.sd_log, False
     df = None
     spread = None

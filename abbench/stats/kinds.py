@@ -38,6 +38,8 @@ _DECLARED: dict[str, Kind] = {
     "quality_total": "deterministic",
     "quality_command_total": "deterministic",
     "load_goodput": "counted",
+    # a property of the trace replayed, the same for every arm
+    "trace_designed_hit_rate": "deterministic",
     "load_failed": "counted",
 }
 

@@ -421,7 +421,9 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
         p_band = p_beyond_band_se(t.mean, t.sd / math.sqrt(n), pooled[1], hi_edge, lo_edge)
     else:
         p_band = p_beyond_band(t.mean, t.sd, n, hi_edge, lo_edge)
-    test = "exact (every round the same log-ratio)" if exact else "paired t on log-ratios"
+    test = ("exact (every round the same log-ratio)" if exact else
+            "sign test (every round the same log-ratio of a sampled metric)" if agree else
+            "paired t on log-ratios")
     if pooled is not None:
         test += f" (sd {pooled[0] * 100:.2f}% moderated by like cells, {pooled[1]:.1f} df)"
     if n < 2:

@@ -394,6 +394,27 @@ def test_a_discrete_sampled_metric_whose_rounds_agree_is_decided_by_the_sign_tes
     assert sign_p_band(0.005, 10, 0.00995, -0.01005) == 1.0  # inside the band: no claim
 
 
+def test_rounds_that_agree_say_when_the_sign_test_decides() -> None:
+    """A replay's prompt misses/token, the same in all 4 rounds of each arm (-64.2%, the
+    CPU sessions run of docs/examples), said "needs >200 rounds": a t on rounds of sd 0
+    has nothing to extrapolate. The sign test decides it once 2^(1 - N) is below the
+    level, should the rounds go on agreeing: at 5%, 6 rounds in all; inside the band at
+    the cell's alpha."""
+    from abbench.report.verdicts import more_rounds
+
+    four = compare({r: 55.0 for r in range(4)}, {r: 19.67 for r in range(4)},
+                   direction="lower", kind="sampled")
+    inside = compare({r: 0.861 for r in range(4)}, {r: 0.861 for r in range(4)},
+                     kind="sampled")
+    assert four is not None and four.verdict == "inconclusive" and four.sd_log == 0
+    assert four.test.startswith("sign test")
+    assert families.rounds_for(four, 0.05) == 6 and families.rounds_for(four, 0.01) == 8
+    assert inside is not None and families.rounds_for(inside, 0.001) == 6
+    got = families.adjust([four])[0]
+    assert got.rounds_needed == 6
+    assert more_rounds(got) == "about 2 more rounds (if they go on agreeing)"
+
+
 def test_rows_not_shown_are_gated_by_the_table_and_the_sd_is_moderated() -> None:
     """The "Also changed" family spends alpha only as far as the table's own cells
     changed; the rounds' sd is pooled where the like cells' sds agree, moderated where
