@@ -377,6 +377,25 @@ class LogRegexCollector(_RateCollector):
     def __init__(self, settings: LogRegexSettings):
         self.settings = settings
         self.rx = re.compile(settings.pattern)
+        #: per server log: the bytes read up to their last whole line, and the last value
+        #: in them (each window reads only what the log gained since the one before)
+        self._read: dict[Path, tuple[int, float]] = {}
+
+    def _last_before(self, path: Path, size: int) -> float:
+        """The last value in the log's first ``size`` bytes (0.0 for none)."""
+        done, last = self._read.get(path, (0, 0.0))
+        if size < done:  # another file at this path
+            done, last = 0, 0.0
+        with open(path, "rb") as f:
+            f.seek(done)
+            chunk = f.read(size - done)
+        whole = chunk.rfind(b"\n") + 1  # a line still being written is read again
+        lines = self._values(chunk[:whole].decode("utf-8", "replace"))
+        if lines:
+            last = lines[-1]
+        self._read[path] = (done + whole, last)
+        tail = self._values(chunk[whole:].decode("utf-8", "replace"))
+        return tail[-1] if tail else last
 
     def _values(self, text: str) -> list[float]:
         out = []
@@ -394,10 +413,10 @@ class LogRegexCollector(_RateCollector):
             # the previous request's last lines first (a warm-up's timing line, printed
             # as its response ended, once landed in the next row's window)
             offset = _settled_size(path)
-            before = self._values(path.read_text(encoding="utf-8", errors="replace"))
+            last = self._last_before(path, offset)
         except OSError:
-            offset, before = 0, []
-        return WindowState(row, {"offset": offset, "last": before[-1] if before else 0.0})
+            offset, last = 0, 0.0
+        return WindowState(row, {"offset": offset, "last": last})
 
     def end_window(self, ctx: SlotContext, state: WindowState) -> None:
         try:

@@ -308,3 +308,43 @@ def test_example_arms_files_validate(name: str) -> None:
 # ------------------------------------------------- a whole run, no GPU here
 
 
+
+
+def test_log_regex_reads_only_what_the_log_gained(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each window opened by reading the whole server log for the last running total
+    (a long life's log, read again for every row); it reads what the log gained since
+    the window before, a line still being written again, and a new file at the path
+    from its start."""
+    from abbench.collectors import counters
+    from abbench.config.collectors import LogRegexSettings
+
+    monkeypatch.setattr(counters, "_settled_size", lambda p: p.stat().st_size)
+    log = tmp_path / "a-r0.log"
+    log.write_text("load\ntotal=10\ntotal=25\n")
+    c = counters.LogRegexCollector(LogRegexSettings(kind="log_regex", pattern=r"total=(\d+)",
+                                                    mode="last"))
+    ctx: Any = NS(server=NS(log_path=log))
+    read: list[int] = []
+    real_open = open
+
+    def counting_open(path: Any, mode: str = "r", *a: Any, **k: Any) -> Any:
+        f = real_open(path, mode, *a, **k)
+        if "b" in mode:
+            real_read = f.read
+            f.read = lambda n=-1: read.append(n) or real_read(n)  # type: ignore[method-assign]
+        return f
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    first = c.begin_window(ctx, "decode 64")
+    assert first.data == {"offset": log.stat().st_size, "last": 25.0}
+    with real_open(log, "a") as f:
+        f.write("total=40\ntotal=4")  # the last line not yet whole
+    second = c.begin_window(ctx, "decode 128")
+    assert second.data["last"] == 4.0 and read[-1] == len("total=40\ntotal=4")
+    with real_open(log, "a") as f:
+        f.write("7\n")
+    assert c.begin_window(ctx, "decode 256").data["last"] == 47.0
+    assert read[-1] == len("total=47\n")  # the partial line again, nothing before it
+    log.write_text("total=3\n")  # a shorter file: another life's log at this path
+    assert c.begin_window(ctx, "decode 64").data["last"] == 3.0
