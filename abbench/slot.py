@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -40,6 +40,9 @@ class SlotContext:
     #: every record stored so far
     records: Callable[[], list[Record]]
     stop_event: threading.Event
+    #: the workload rows whose window opened with the prefix cache emptied (the flush
+    #: collector): a cold replay's first rep there needs no flush of its own
+    flushed: set[str] = field(default_factory=set)
 
 
 class SlotTask(Protocol):

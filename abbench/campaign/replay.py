@@ -58,7 +58,10 @@ class Plans:
 def cold_flush(ctx: SlotContext, row: str, rep: int) -> str | None:
     """Empty the prefix cache before a cold replay; why it could not be, or None.
     llama.cpp has no flush endpoint: its server life starts empty, so only the first
-    rep of a life is cold there (later reps say so)."""
+    rep of a life is cold there (later reps say so). The first rep of a window the flush
+    collector opened with a flush needs none of its own."""
+    if rep == 0 and row in ctx.flushed:
+        return None
     preset = arm_preset(ctx.arm)
     path = preset.flush_path
     if not path:

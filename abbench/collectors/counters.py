@@ -472,6 +472,10 @@ class FlushCollector(Collector):
             rec.update(flush_once(lambda: ctx.client.call(self.settings.method, path, timeout=60),
                                   preset))
         ctx.record(FlushRecord.model_validate(rec))
+        if rec.get("ok"):
+            ctx.flushed.add(row)
+        else:
+            ctx.flushed.discard(row)
         return None
 
 

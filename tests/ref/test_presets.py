@@ -41,10 +41,10 @@ SGLANG = SHAPES / "sglang-0.5.23" / "default"
 def _campaign(tmp_path: Path, results: Path, preset: str, arms: dict[str, list[str]], *,
               collectors: list[dict[str, Any]], defaults: dict[str, Any] | None = None,
               rounds: int = 1, contexts: tuple[int, ...] = (64, 128),
-              workloads: list[dict[str, Any]] | None = None) -> Any:
+              workloads: list[dict[str, Any]] | None = None, reps: int = 1) -> Any:
     if len(arms) == 1:  # a run compares two arms: the same again as "b"
         arms = {**arms, "b": next(iter(arms.values()))}
-    doc = {"rounds": rounds, "warmup": 1,
+    doc = {"rounds": rounds, "reps": reps, "warmup": 1,
            "defaults": {"preset": preset, "ready": {"timeout": 30, "interval": 0.02},
                         "stop_grace": 3, **(defaults or {})},
            "arms": [{"name": n, "start": refserver_start(*flags)} for n, flags in arms.items()],
@@ -291,6 +291,23 @@ def test_a_flush_that_stays_false_blanks_the_windows_rows_with_the_reason(
     md = out.report_md
     assert "Cache flushes: 0 of 4 succeeded (failed: the server answered success=False" in md
     assert "Unavailable: misses_per_token: the cache flush failed" in md
+
+
+def test_a_cold_replay_after_the_collectors_flush_is_not_flushed_twice(
+        tmp_path: Path, results: Path) -> None:
+    """The flush collector empties the cache as the window opens; a cold replay flushed
+    it again before its first rep, a second request for nothing. Now: one flush a rep,
+    the collector's for the first."""
+    out = _campaign(tmp_path, results, "vllm", {"a": ["--shapes", str(VLLM_ON)]},
+                    collectors=[{"kind": "flush"}], reps=2,
+                    workloads=[{"sessions": {"count": 2, "prefix_tokens": 32, "turns": 2,
+                                             "user_tokens": 8, "output_tokens": 4,
+                                             "rate": 50, "steady": [0, 1]}}])
+    recs = [r.data() for r in out.run.records()]
+    samples = _of(recs, type="sample", arm="a", workload="sessions")
+    assert len(samples) == 2 and all(s["status"] == "ok" for s in samples), samples
+    flushes = _of(recs, type="flush", arm="a", workload="sessions")
+    assert len(flushes) == 2 and all(f["ok"] for f in flushes), flushes
 
 
 def test_vllm_flush_without_dev_mode_says_what_it_needs(tmp_path: Path,
