@@ -31,6 +31,11 @@ def _more_hosts(c: Comparison) -> bool:
     return isinstance(c, BlockComparison) and c.method == "random"
 
 
+def _agree(c: Comparison) -> bool:
+    """A sampled cell whose rounds all gave one log-ratio: the sign test decides it."""
+    return c.sd_log == 0 and not c.exact
+
+
 def more_rounds(c: Comparison) -> str:
     """``~6 more rounds`` for an undecided cell, at the noise observed (``~3 more hosts``
     where its hosts disagree)."""
@@ -47,7 +52,7 @@ def more_rounds(c: Comparison) -> str:
         return f"needs >{MANY_ROUNDS} rounds{f' ({bimodal[2:]})' if bimodal else ''}"
     k = max(1, c.rounds_needed - c.n)
     plural = "s" if k > 1 else ""
-    if c.sd_log == 0 and not c.exact:  # the sign test's rounds (families.rounds_for)
+    if _agree(c):  # the sign test's rounds (families.rounds_for)
         return f"about {k} more round{plural} (if they go on agreeing)"
     return f"about {k} more round{plural} ({PROB * 100:g}%{bimodal})"
 
@@ -141,15 +146,21 @@ def rounds_line(table: Table) -> str | None:
     if not need:
         return tail.strip() or None
     n = max(c.n for c in need)
-    known = sorted(c.rounds_needed for c in need if c.rounds_needed is not None)
+    agree = [c.rounds_needed for c in need if _agree(c) and c.rounds_needed is not None]
+    known = sorted(c.rounds_needed for c in need if c.rounds_needed is not None
+                   and not _agree(c))
     within = [k for k in known if k <= MANY_ROUNDS]
     text = f"Undecided cells: {len(need)} (this run has {n} rounds)"
     if within:
+        all_of = len(within) == len(need)
         text += f"; at the noise observed, about {max(within)} rounds in all would decide " \
-            f"{'each of them' if len(within) == len(need) else f'{len(within)} of them'} " \
+            f"{'each of them' if all_of else f'{len(within)} of them'} " \
             f"with {PROB * 100:g}% probability"
-    if len(within) < len(need):
-        k = len(need) - len(within)
+    if agree:
+        text += f"; {len(agree)} whose rounds all agree, by {max(agree)} rounds in all if " \
+            "they go on agreeing (the sign test)"
+    if len(within) + len(agree) < len(need):
+        k = len(need) - len(within) - len(agree)
         text += f"; {k} would need more than {MANY_ROUNDS} (close to the band's edge, or " \
             "too noisy)"
     return text + "." + tail
