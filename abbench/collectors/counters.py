@@ -474,8 +474,6 @@ class FlushCollector(Collector):
         ctx.record(FlushRecord.model_validate(rec))
         if rec.get("ok"):
             ctx.flushed.add(row)
-        else:
-            ctx.flushed.discard(row)
         return None
 
 

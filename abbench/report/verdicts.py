@@ -31,11 +31,6 @@ def _more_hosts(c: Comparison) -> bool:
     return isinstance(c, BlockComparison) and c.method == "random"
 
 
-def _agree(c: Comparison) -> bool:
-    """A sampled cell whose rounds all gave one log-ratio: the sign test decides it."""
-    return c.sd_log == 0 and not c.exact
-
-
 def more_rounds(c: Comparison) -> str:
     """``~6 more rounds`` for an undecided cell, at the noise observed (``~3 more hosts``
     where its hosts disagree)."""
@@ -52,7 +47,7 @@ def more_rounds(c: Comparison) -> str:
         return f"needs >{MANY_ROUNDS} rounds{f' ({bimodal[2:]})' if bimodal else ''}"
     k = max(1, c.rounds_needed - c.n)
     plural = "s" if k > 1 else ""
-    if _agree(c):  # the sign test's rounds (families.rounds_for)
+    if c.agrees:  # the sign test's rounds (families.rounds_for)
         return f"about {k} more round{plural} (if they go on agreeing)"
     return f"about {k} more round{plural} ({PROB * 100:g}%{bimodal})"
 
@@ -146,9 +141,9 @@ def rounds_line(table: Table) -> str | None:
     if not need:
         return tail.strip() or None
     n = max(c.n for c in need)
-    agree = [c.rounds_needed for c in need if _agree(c) and c.rounds_needed is not None]
+    agree = [c.rounds_needed for c in need if c.agrees and c.rounds_needed is not None]
     known = sorted(c.rounds_needed for c in need if c.rounds_needed is not None
-                   and not _agree(c))
+                   and not c.agrees)
     within = [k for k in known if k <= MANY_ROUNDS]
     text = f"Undecided cells: {len(need)} (this run has {n} rounds)"
     if within:

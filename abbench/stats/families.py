@@ -37,7 +37,7 @@ def rounds_for(c: Comparison, alpha_changed: float, pooled: Pool | None = None,
             or c.sd_log is None:
         return None
     lo, hi = band_edges(c.noise_band)
-    if c.sd_log == 0 and not c.exact and c.n >= 2:  # rounds that agree: the sign test
+    if c.agrees:  # the sign test
         level = alpha_changed if not lo <= math.log1p(c.change) <= hi else c.alpha
         return max(c.n + 1, math.floor(1 - math.log2(level)) + 1) if level > 0 else None
     sd, known = c.sd_log, False
@@ -70,7 +70,6 @@ class Pool:
 
     sd: float
     df: float
-    spread: float | None
     #: False: ``sd`` pools every cell, the cell's own rounds included
     prior: bool = False
     #: the pool's effective degrees of freedom (:func:`effective_df`): cells whose
@@ -82,6 +81,12 @@ class Pool:
     #: over the cells, sum of (squared mean log-ratio - its sampling variance) and sum
     #: of that variance: what :func:`table_signal` adds up; None below three cells
     effects: tuple[float, float] | None = None
+
+    @property
+    def spread(self) -> float | None:
+        """The variance of the true effects around 0 (0 or more; None below three
+        cells)."""
+        return None if self.effects is None else max(0.0, self.effects[0] / self.cells)
 
     def moderate(self, sd: float, df: float) -> tuple[float, float]:
         """A cell's sd and degrees of freedom, moderated towards the pool's (Smyth 2004):
@@ -153,18 +158,16 @@ def pooled_sd(comps: Sequence[Comparison],
         return None
     var = sum(s * s * (n - 1) for s, n, _m in cells) / df
     if len(cells) < 3:
-        return Pool(math.sqrt(var), df, None, effective=eff, cells=len(cells))
+        return Pool(math.sqrt(var), df, effective=eff, cells=len(cells))
     effects = (float(sum(math.log1p(m) ** 2 - var / n for _s, n, m in cells)),
                float(sum(var / n for _s, n, _m in cells)))
-    spread = max(0.0, effects[0] / len(cells))
     half = np.array([(n - 1) / 2 for _s, n, _m in cells])
     e = np.log([s * s for s, _n, _m in cells]) - sc.digamma(half) + np.log(half)
     excess = float(e.var(ddof=1) - np.mean(sc.polygamma(1, half)))
     if excess <= 0 or (d0 := 2 * _trigamma_inverse(excess)) >= df:
-        return Pool(math.sqrt(var), df, spread, effective=eff, cells=len(cells),
-                    effects=effects)
+        return Pool(math.sqrt(var), df, effective=eff, cells=len(cells), effects=effects)
     s0 = math.exp(float(e.mean()) + sc.digamma(d0 / 2) - math.log(d0 / 2))
-    return Pool(math.sqrt(s0), max(1, round(d0)), spread, prior=True, effective=eff,
+    return Pool(math.sqrt(s0), max(1, round(d0)), prior=True, effective=eff,
                 cells=len(cells), effects=effects)
 
 

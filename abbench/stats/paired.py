@@ -343,6 +343,12 @@ class Comparison:
     moderated: tuple[float, float] | None = None
 
     @property
+    def agrees(self) -> bool:
+        """A sampled cell whose rounds all gave one log-ratio (a discrete metric): the
+        sign test decides it (:func:`sign_p_band`), its ``sd_log`` 0."""
+        return self.sd_log == 0 and not self.exact and self.n >= 2
+
+    @property
     def mark(self) -> str:
         return {"changed": "▲" if self.better else "▼", "within_noise": "≈",
                 "inconclusive": "?", "too_few_rounds": "?"}[self.verdict]
@@ -450,7 +456,7 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
             warnings.append(f"{name} drifted {dr * 100:+.1f}% across the run, more than the "
                             f"effect ({change * 100:+.1f}%)")
     half = (t.hi - t.lo) / 2 if math.isfinite(t.hi) else math.inf
-    own = float(np.std(d, ddof=1)) if n > 1 and not exact else (0.0 if exact else math.nan)
+    own = 0.0 if exact or agree else float(np.std(d, ddof=1)) if n > 1 else math.nan
     bimodal = None if exact else _bimodal(list(logs.values()))
     c = Comparison(
         n=n, verdict=verdict, change=change, lo=_frac(t.lo), hi=_frac(t.hi), half_width=half,

@@ -448,7 +448,7 @@ def test_a_weak_prior_still_moderates_the_rounds() -> None:
     more rounds from its own sd alone."""
     c = compare(*_pair(np.array([0.0100, 0.0099, 0.0101])))
     assert c is not None and c.verdict == "inconclusive" and c.sd_log is not None
-    weak = families.Pool(sd=0.03, df=1, spread=None, prior=True)
+    weak = families.Pool(sd=0.03, df=1, prior=True)
     own = families.rounds_for(c, 0.05)
     moderated = families.rounds_for(c, 0.05, weak)
     assert own is not None and (moderated is None or moderated > own)
@@ -507,10 +507,10 @@ def test_the_pools_degrees_of_freedom_count_what_the_rounds_share() -> None:
     two = [{0: float(x), 1: float(y)} for x, y in rng.normal(0, 0.02, (6, 2))]
     assert families.effective_df(two) == pytest.approx(1.0)
     # the pool's prior counts no more than that, beyond the cell's own rounds
-    pool = families.Pool(sd=0.02, df=60, spread=None, prior=True, effective=eff_together)
+    pool = families.Pool(sd=0.02, df=60, prior=True, effective=eff_together)
     _sd, df = pool.moderate(0.01, 11)
     assert df <= max(11, eff_together) + 1e-9
-    homogeneous = families.Pool(sd=0.02, df=66, spread=None, effective=eff_apart)
+    homogeneous = families.Pool(sd=0.02, df=66, effective=eff_apart)
     assert homogeneous.moderate(0.01, 11) == (0.02, pytest.approx(eff_apart))
 
 
