@@ -125,11 +125,16 @@ def test_rss_collector_reports_the_servers_memory(real_parts: dict[str, str],
         peaks = sampler.close(w)
     finally:
         sampler.stop()
+        killed: list[psutil.Process] = []
         with contextlib.suppress(psutil.Error):
             for p in psutil.Process(shell.pid).children(recursive=True):  # before the shell
                 p.kill()
+                killed.append(p)
         shell.kill()
         shell.wait(timeout=10)
+        # SIGKILL lands at once but a process with 100 MiB mapped takes a moment to exit
+        # (a cold CI run found the server still running right after the shell's wait)
+        psutil.wait_procs(killed, timeout=30)
     assert no_process_left(started_pids())
     assert peaks.rss is not None and peaks.samples >= 5
     assert own * 0.9 <= peaks.rss <= own * 1.3 + 32 * MIB
