@@ -1,15 +1,19 @@
 """How many rounds in all would decide an undecided cell, with a stated probability.
 
-The answer is a predictive probability, not a point solve: the true sd is drawn from
-the sampling distribution of the sd seen (sigma^2 = s^2 df / chi^2_df, at
-:data:`SD_POINTS` quantiles; the sd pooled over the cells of one metric in a family,
-which share the server's noise, with their degrees of freedom:
-:func:`abbench.stats.families.adjust`), and the true effect from its distribution given
-the rounds so far: a flat prior, or, where like cells (one metric in one family) show
-how far true effects spread around 0, a normal prior of that spread (empirical Bayes),
-which pulls an estimate that is mostly noise back towards 0. The sd the N rounds will
-show is the pool of today's rounds and sigma. A cell is decided at N when its estimate
-clears the band by the t half-width at the family's adjusted level ("changed";
+The answer is a predictive probability, not a point solve: the true sd is drawn from the
+sampling distribution of the sd seen (sigma^2 = s^2 df / chi^2_df, at :data:`SD_POINTS`
+quantiles; the sd pooled over the cells of one metric in a family, which share the
+server's noise, with their degrees of freedom: :func:`abbench.stats.families.adjust`),
+each draw weighed by 1 / the chance that a cell of that sd would still be undecided
+after today's rounds (:func:`_undecided`): only an undecided cell asks, and the sd's
+likelihood given that it is undecided is its sampling density over that chance; without
+it a small sd, which decides most cells at once, is undercounted and k errs long
+(docs/simulation.md, the sixth pass). The true effect is drawn from its distribution
+given the rounds so far: a flat prior, or, where like cells (one metric in one family)
+show how far true effects spread around 0, a normal prior of that spread (empirical
+Bayes), which pulls an estimate that is mostly noise back towards 0. The sd the N rounds
+will show is the pool of today's rounds and sigma. A cell is decided at N when its
+estimate clears the band by the t half-width at the family's adjusted level ("changed";
 one-sided at ``alpha_changed``) or its 1 - 2 alpha interval lies inside the band
 ("within noise"). The rounds are the smallest N where the chance of either reaches
 ``prob`` (80% by default).
@@ -34,6 +38,9 @@ PROB = 0.8
 SD_POINTS = 32
 #: no answer beyond this many rounds in all
 MAX_N = 10000
+#: the stratified draws of (mean, sd) at n rounds that say how likely a cell is to be
+#: still undecided there, for each sd drawn (:func:`_undecided`)
+SELECT_POINTS = 512
 
 
 @functools.lru_cache(maxsize=256)
@@ -55,6 +62,40 @@ def _coarse(n: int) -> np.ndarray:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _select_draws() -> tuple[np.ndarray, np.ndarray]:
+    """Standard normal quantiles and uniforms at midpoints, paired by one fixed
+    permutation (a Latin hypercube: the same for every call, so a k is reproducible)."""
+    u = (np.arange(SELECT_POINTS) + 0.5) / SELECT_POINTS
+    z = sc.ndtri(u)
+    v = u[np.random.default_rng(0).permutation(SELECT_POINTS)]
+    z.flags.writeable = False
+    v.flags.writeable = False
+    return z, v
+
+
+@functools.lru_cache(maxsize=256)
+def _sd_ratio(df: int) -> np.ndarray:
+    """s / sigma at the draws' uniforms: sqrt(chi^2_df / df)."""
+    out = np.sqrt(2 * sc.gammaincinv(df / 2, _select_draws()[1]) / df)[None, :]
+    out.flags.writeable = False
+    return out
+
+
+def _undecided(sigma: np.ndarray, theta: np.ndarray, n: int, df: int, lo: float, hi: float,
+               alpha_changed: float, alpha_within: float) -> np.ndarray:
+    """For each sd ``sigma`` (a column), the chance that a cell whose true effect is
+    ``theta`` is still undecided after n rounds, its sd known to ``df`` degrees of
+    freedom: the test of :func:`decide_probability` at n."""
+    z, _v = _select_draws()
+    m = theta + sigma / math.sqrt(n) * z[None, :]
+    se = sigma * _sd_ratio(df) / math.sqrt(n)
+    h_c = sc.stdtrit(df, 1 - alpha_changed) * se
+    h_w = sc.stdtrit(df, 1 - alpha_within) * se
+    decided = (m - hi > h_c) | (lo - m > h_c) | ((lo < m - h_w) & (m + h_w < hi))
+    return np.asarray(1.0 - decided.mean(axis=1, keepdims=True))
+
+
 def decide_probability(mean: float, sd: float, n: int, lo: float, hi: float,
                        big_n: np.ndarray, *, alpha_changed: float, alpha_within: float,
                        sd_known: bool = False, df: int | None = None,
@@ -64,10 +105,16 @@ def decide_probability(mean: float, sd: float, n: int, lo: float, hi: float,
     of the true effects around 0 among like cells, None for a flat prior; ``df_gain``:
     the verdict's degrees of freedom over the rounds' own, N - 1, where it tests the
     sd moderated by like cells: :func:`abbench.stats.cells.compare_cells`)."""
-    sigma = sd * (np.ones((1, 1)) if sd_known else _sigma_scale(df or n - 1))
+    d = df or n - 1
+    sigma = sd * (np.ones((1, 1)) if sd_known else _sigma_scale(d))
     big = big_n[None, :]
     se2 = sigma**2 / n
     w = np.ones_like(se2) if spread is None else spread / (spread + se2)
+    weight = np.full_like(sigma, 1.0 / sigma.shape[0])
+    if not sd_known:  # only an undecided cell asks: weigh each sd by 1 / P(undecided)
+        weight = 1.0 / np.maximum(_undecided(sigma, w * mean, n, d, lo, hi, alpha_changed,
+                                             alpha_within), 1.0 / SELECT_POINTS)
+        weight /= weight.sum()
     centre = (n + (big - n) * w) * mean / big  # the mean of the N rounds, expected
     tau = ((big - n) / big) * np.sqrt(w * se2 + sigma**2 / (big - n))
     s_n = np.sqrt(((n - 1) * sd**2 + (big - n) * sigma**2) / (big - 1)) / np.sqrt(big)
@@ -77,7 +124,7 @@ def decide_probability(mean: float, sd: float, n: int, lo: float, hi: float,
     down = sc.ndtr((lo - h_c - centre) / tau)
     inside = np.maximum(sc.ndtr((hi - h_w - centre) / tau)
                         - sc.ndtr((lo + h_w - centre) / tau), 0.0)
-    return np.asarray((up + down + inside).mean(axis=0))
+    return np.asarray(((up + down + inside) * weight).sum(axis=0))
 
 
 def rounds_to_decide(mean: float, sd: float, n: int, lo: float, hi: float, *,

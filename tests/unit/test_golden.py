@@ -130,10 +130,13 @@ def test_validate_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     check_golden("validate-plan.txt", cli("validate", "arms/llama-cpu.yaml", "--seed", "7"))
 
 
-EXAMPLES = sorted(p for p in (ROOT / "docs" / "examples").iterdir() if (p / "report.md").exists())
+#: every stored run, those of the noise labs' folders too
+EXAMPLES = sorted(p.parent for p in (ROOT / "docs" / "examples").rglob("report.md")
+                  if (p.parent / "samples.jsonl").exists())
 
 
-@pytest.mark.parametrize("run", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("run", EXAMPLES,
+                         ids=lambda p: str(p.relative_to(ROOT / "docs" / "examples")))
 def test_every_stored_example_re_renders_byte_identical(run: Path) -> None:
     """A stored run's report.md is what its samples give today, byte for byte."""
     table = run_table(Run(run))

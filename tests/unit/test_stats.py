@@ -377,6 +377,24 @@ def test_rounds_to_decide_is_a_probability_and_names_bimodal_noise() -> None:
     assert "bimodal" in more_rounds(replace(c, bimodal=0.086))
 
 
+def test_the_chance_a_cell_is_still_undecided_matches_drawn_rounds() -> None:
+    """The weight of each sd drawn (1 / P(undecided at n)) rests on this chance: the
+    same test on rounds drawn at that sd gives it, and it rises with the sd."""
+    from abbench.stats.decide import _undecided
+
+    lo, hi = math.log1p(-0.01), math.log1p(0.01)
+    sigmas = np.array([[0.004], [0.014], [0.042]])
+    got = _undecided(sigmas, np.zeros((3, 1)), 3, 2, lo, hi, 0.05, 0.05)[:, 0]
+    rng = np.random.default_rng(3)
+    for sigma, p in zip(sigmas[:, 0], got, strict=True):
+        x = rng.normal(0.0, sigma, (20000, 3))
+        m, se = x.mean(axis=1), x.std(axis=1, ddof=1) / math.sqrt(3)
+        t = sps.t.ppf(0.95, 2) * se
+        decided = (m - hi > t) | (lo - m > t) | ((lo < m - t) & (m + t < hi))
+        assert abs(p - (1 - decided.mean())) < 0.02, (sigma, p)
+    assert got[0] < got[1] < got[2] and got[0] < 0.5 < got[2]
+
+
 def test_a_discrete_sampled_metric_whose_rounds_agree_is_decided_by_the_sign_test() -> None:
     """A capacity level (sampled, discrete) 4 against 5 in every round: two rounds decide
     nothing (p 1), six do (p 2^-5); a level equal in every round is not 'changed'."""
