@@ -45,3 +45,32 @@ def test_relative_links_resolve(path: Path) -> None:
         assert dest.exists(), f"{path.name}: {target} does not exist"
         if anchor and dest.suffix == ".md":
             assert anchor in _anchors(dest), f"{path.name}: no heading #{anchor} in {dest.name}"
+
+
+def _rows(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.startswith("| ") and ln.count(" | ") >= 2]
+
+
+def test_quoted_report_rows_are_what_the_run_folders_render() -> None:
+    """A table row the docs quote from a stored example run (same row label and
+    baseline cell, same number of cells) is one its report.md has, word for word:
+    the report.md files re-render byte-identical (test_golden), so a quote that differs
+    is from an older rule."""
+    stored: dict[tuple[str, str, int], set[str]] = {}
+    for report in (ROOT / "docs" / "examples").rglob("report.md"):
+        for row in _rows(report.read_text(encoding="utf-8")):
+            cells = row.split(" | ")
+            stored.setdefault((cells[0], cells[1], len(cells)), set()).add(row)
+    stale = []
+    for doc in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
+        if doc.name == "report.md":
+            continue
+        for k, row in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            if not (row.startswith("| ") and row.count(" | ") >= 2):
+                continue
+            cells = row.split(" | ")
+            same = stored.get((cells[0], cells[1], len(cells)))
+            if same and row not in same:
+                stale.append(f"{doc.relative_to(ROOT)}:{k}: {row[:100]}")
+    assert not stale, "quoted rows that their run folder no longer renders:\n" + \
+        "\n".join(stale)
