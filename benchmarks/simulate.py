@@ -33,6 +33,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import functools
+import itertools
 import math
 import os
 import time
@@ -872,14 +873,33 @@ RTD_BINS = ((1, 5), (6, 15), (16, 40), (41, 100), (101, MANY_ROUNDS))
 @dataclass(frozen=True)
 class Followed:
     """The undecided cells of one scenario and n: (k stated, decided at n + k) for each
-    cell that states a k, and how many cells were undecided."""
+    cell that states a k, and how many cells were undecided; ``campaigns``: how many of
+    those cells each campaign gave, in order (its cells move together)."""
 
     cells: tuple[tuple[int, bool], ...]
     undecided: int
+    campaigns: tuple[int, ...] = ()
 
     @property
     def decided(self) -> float:
         return share([d for _k, d in self.cells])
+
+    @property
+    def se(self) -> float:
+        """The standard error of :attr:`decided` over campaigns (a ratio estimator:
+        the cells of one campaign share its server lives, so they are not
+        independent); nan below two campaigns with cells."""
+        got, at = [], 0
+        for size in self.campaigns:
+            got.append((sum(d for _k, d in self.cells[at:at + size]), size))
+            at += size
+        got = [(d, c) for d, c in got if c]
+        if len(got) < 2:
+            return math.nan
+        p = self.decided
+        mean = sum(c for _d, c in got) / len(got)
+        var = sum((d - p * c) ** 2 for d, c in got) / (len(got) - 1)
+        return math.sqrt(var / len(got)) / mean
 
     @property
     def stated(self) -> float:
@@ -901,8 +921,10 @@ def study_rounds(campaigns: int, seed: int, ns: Sequence[int] = RTD_NS
             for n in ns:
                 rng = rng_for(seed, "rounds", label, n)
                 followed: list[tuple[int, bool]] = []
+                sizes: list[int] = []
                 undecided = 0
                 for _ in range(campaigns):
+                    sizes.append(len(followed))
                     want: dict[int, list[tuple[str, str, str]]] = {}
                     it = grow(rng, layout, noise, n, horizon=RTD_DRIFT)
                     _n0, rows = next(it)
@@ -929,7 +951,9 @@ def study_rounds(campaigns: int, seed: int, ns: Sequence[int] = RTD_NS
                                 followed.append((big_n - n,
                                                  cn is not None and cn.verdict in DECIDED))
                             got = next(it)
-                out[label, n] = Followed(tuple(followed), undecided)
+                sizes.append(len(followed))
+                out[label, n] = Followed(tuple(followed), undecided,
+                                         tuple(b - a for a, b in itertools.pairwise(sizes)))
     return out
 
 
@@ -1065,13 +1089,13 @@ def study_patterns(campaigns: int, seed: int) -> dict[int, tuple[float, float]]:
 def render_rounds(rounds: dict[tuple[str, int], Followed]) -> list[str]:
     """§0c's tables: the share decided at n + k by scenario and n, and by the k stated."""
     ns = sorted({n for _label, n in rounds})
-    rt = ["| scenario | " + " | ".join(f"from {n} rounds: decided at n + k (cells)"
+    rt = ["| scenario | " + " | ".join(f"from {n} rounds: decided at n + k ± se (cells)"
                                        for n in ns) + " | share of undecided cells "
           "that state a k |", "|---|" + "---|" * (len(ns) + 1)]
     labels = list(dict.fromkeys(key[0] for key in rounds))
     for label in labels:
-        cells = [f"{_pc(rounds[label, n].decided)} ({len(rounds[label, n].cells)})"
-                 for n in ns]
+        cells = [f"{_pc(rounds[label, n].decided)} ± {_pc(rounds[label, n].se)} "
+                 f"({len(rounds[label, n].cells)})" for n in ns]
         given = " / ".join(_pc(rounds[label, n].stated) for n in ns)
         rt.append(f"| {label} | " + " | ".join(cells) + f" | {given} |")
     bins = ["| scenario | " + " | ".join(f"k {a}-{b}" for a, b in RTD_BINS) + " |",
@@ -1134,7 +1158,8 @@ def render_tables(out: dict[str, Any], k: Counts) -> list[str]:
         "that states a k is followed (a k is stated up to "
         f"{MANY_ROUNDS} rounds in all; past them a cell says \"needs >{MANY_ROUNDS} "
         "rounds\"): the same campaign carried on to n + k rounds, is that cell decided "
-        f"there? {k.rounds} campaigns per scenario and n; the share of undecided cells "
+        f"there? {k.rounds} campaigns per scenario and n (± the standard error over "
+        "them: a campaign's cells share its server lives); the share of undecided cells "
         "that state a k is in the last column (the rest need more rounds). The drift "
         f"scenario's +5% spans {RTD_DRIFT} rounds and goes on at that rate past them.",
         "",

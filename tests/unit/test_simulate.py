@@ -156,3 +156,13 @@ def test_the_doc_keeps_its_text_above_the_marker(sim, tmp_path):
     want = f"# Title\n\nhand-written\n\n{sim.MARKER}\n\nCommand: x\n\nnew tables\n"
     assert doc.read_text() == want
     assert (ROOT / "docs" / "simulation.md").read_text().count(sim.MARKER) == 1
+
+
+def test_the_share_decided_has_the_campaigns_standard_error(sim):
+    """§0c's ± is the ratio estimator's standard error over campaigns: here campaigns
+    of 2, 1 and 3 cells deciding 2, 0 and 1, so p = 3/6 and residuals 1, -0.5, -0.5."""
+    f = sim.Followed(((1, True), (2, True), (3, False), (4, True), (5, False), (6, False)),
+                     undecided=8, campaigns=(2, 1, 3, 0))
+    assert f.decided == 0.5 and f.stated == 0.75
+    assert math.isclose(f.se, math.sqrt(0.75 / 3) / 2)
+    assert math.isnan(sim.Followed(((1, True),), 1, (1,)).se)
