@@ -230,8 +230,8 @@ def add_slots(rng: np.random.Generator, layout: Layout, noise: Noise, vals: Valu
         for j, rd in enumerate(layout.rows):
             if rd.items:
                 q = min(1.0, rd.level * (1 + rd.effect(arm)))
-                k = float(rng.binomial(rd.items, q))
-                v = k / rd.items if rd.share else k
+                hits = float(rng.binomial(rd.items, q))
+                v = hits / rd.items if rd.share else hits
             elif rd.mirror >= 0:
                 v = vals[rd.mirror][arm][rnd] * math.exp(0.0003 * own[s, j])
             elif rd.noisy:
