@@ -132,9 +132,9 @@ def rounds_to_decide(mean: float, sd: float, n: int, lo: float, hi: float, *,
                      sd_known: bool = False, df: int | None = None,
                      spread: float | None = None, df_gain: float = 1.0) -> int | None:
     """The smallest N (rounds in all, > n) at which the cell is decided with chance
-    ``prob`` (see the module's text): a coarse grid, then bisection in the first gap
-    that crosses; None when no N up to :data:`MAX_N` would, or there is no sd yet
-    (under 2 rounds)."""
+    ``prob`` (see the module's text): a coarse grid, then every N of the first gap that
+    crosses, in one call (the sds' weights are worked out once per call); None when no
+    N up to :data:`MAX_N` would, or there is no sd yet (under 2 rounds)."""
     if n < 2 or not (math.isfinite(sd) and math.isfinite(mean)) or sd <= 0:
         return None
     how: dict[str, Any] = dict(alpha_changed=alpha_changed, alpha_within=alpha_within,
@@ -146,14 +146,8 @@ def rounds_to_decide(mean: float, sd: float, n: int, lo: float, hi: float, *,
     i = int(ok[0])
     if i == 0:
         return int(grid[0])
-    a, b = int(grid[i - 1]), int(grid[i])  # a falls short, b reaches prob
-    while b - a > 1:
-        mid = (a + b) // 2
-        if decide_probability(mean, sd, n, lo, hi, np.array([float(mid)]), **how)[0] >= prob:
-            b = mid
-        else:
-            a = mid
-    return b
+    gap = np.arange(grid[i - 1] + 1, grid[i] + 1)  # grid[i - 1] falls short, grid[i] not
+    return int(gap[np.argmax(decide_probability(mean, sd, n, lo, hi, gap, **how) >= prob)])
 
 
 def bimodal_gap(values: np.ndarray, *, ratio: float = 4.0, floor: float = 0.01
