@@ -285,6 +285,17 @@ down() {
 case "${1:-}" in
   up)
     [[ $(id -u) == 0 ]] || die "must run as root (slurmd starts jobs as their users)"
+    # one `up` at a time (the test workers each call it): a second waits, then finds
+    # the cluster answering; two at once would both create the accounting database.
+    # flock runs this script again holding the lock, and closes it there (-o): the
+    # daemons it starts must not inherit the lock, or no other `up` would get it.
+    if [[ -z ${ABBENCH_SLURM_UP_LOCKED:-} ]]; then
+      mkdir -p "$DIR"
+      rc=0
+      ABBENCH_SLURM_UP_LOCKED=1 flock -w 900 -E 75 -o "$DIR/up.lock" bash "$0" up || rc=$?
+      [[ $rc != 75 ]] || die "another scripts/slurm-local.sh up held $DIR/up.lock for 15 min"
+      exit "$rc"
+    fi
     if [[ -f $CONF ]] && command -v scontrol >/dev/null && answers; then
       echo "SLURM_CONF=$CONF"; exit 0
     fi

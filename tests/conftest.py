@@ -71,11 +71,11 @@ def _check_grouping(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """This session's own state folder, removed at its end: ABBENCH_CACHE (anything
-    abbench and the scripts keep besides builds) points there, ABBENCH_BUILD_CACHE at
-    the build cache the user named (ABBENCH_BUILD_CACHE, else ABBENCH_CACHE, else
-    ~/.cache/abbench), which is never rebuilt for it. An xdist worker inherits its
-    controller's folder."""
+    """This session's own state folder, removed at its end (its Slurm cluster stopped
+    first, whichever worker started it): ABBENCH_CACHE (anything abbench and the
+    scripts keep besides builds) points there, ABBENCH_BUILD_CACHE at the build cache
+    the user named (ABBENCH_BUILD_CACHE, else ABBENCH_CACHE, else ~/.cache/abbench),
+    which is never rebuilt for it. An xdist worker inherits its controller's folder."""
     _check_grouping(config)
     if os.environ.get(SESSION_VAR):
         return
@@ -99,6 +99,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if owned is None:
         return
     folder, before = owned
+    if (folder / "cache" / "slurm" / "slurm.conf").exists():  # the session's Slurm cluster
+        subprocess.run(["bash", str(ROOT / "scripts" / "slurm-local.sh"), "down"],
+                       capture_output=True, check=False, timeout=120)
     shutil.rmtree(folder, ignore_errors=True)
     for name, value in before.items():
         if value is None:
