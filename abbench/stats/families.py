@@ -11,9 +11,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import special as sc
+from scipy import stats as sps
 
 from abbench.stats.decide import rounds_to_decide
 from abbench.stats.paired import Comparison, band_edges, benjamini_hochberg
+
+#: the level at which like cells' estimates must spread more than noise for the rounds
+#: to decide to assume true effects spread around 0 (:attr:`Pool.spread`): the
+#: verdicts' default level
+SPREAD_LEVEL = 0.05
 
 
 def rounds_for(c: Comparison, alpha_changed: float, pooled: Pool | None = None,
@@ -81,12 +87,35 @@ class Pool:
     #: over the cells, sum of (squared mean log-ratio - its sampling variance) and sum
     #: of that variance: what :func:`table_signal` adds up; None below three cells
     effects: tuple[float, float] | None = None
+    #: how many independent cells the pooled ones are worth (their effective degrees of
+    #: freedom over their own per cell); None: taken as independent
+    worth: float | None = None
+    #: the degrees of freedom of the sd that ``effects`` measures the estimates'
+    #: sampling variance with (every cell's, at most the effective count)
+    noise_df: float | None = None
+    #: one of the cells is "changed" in the table (:func:`adjust` sets it): the effects
+    #: spread, whatever the others' noise
+    moved: bool = False
 
     @property
     def spread(self) -> float | None:
-        """The variance of the true effects around 0 (0 or more; None below three
-        cells)."""
-        return None if self.effects is None else max(0.0, self.effects[0] / self.cells)
+        """The variance of the true effects around 0 (None below three cells): 0 unless
+        one of the cells moved (:attr:`moved`) or the cells' estimates spread more than
+        noise would make them at the level :data:`SPREAD_LEVEL` (a preliminary test):
+        their mean square over the sampling variance the pooled sd gives it, an F of the
+        cells' :attr:`worth` over the pool's effective degrees of freedom (at 2 rounds,
+        one cell's: only a cell that moved shows a spread there); then the excess, per
+        cell. An estimate taken whenever it is over 0 read chance as spread in 37-50% of
+        A/A pools of five cells, and an undecided null cell's rounds then assumed that
+        its chance offset was partly real: k erred long (docs/simulation.md, the seventh
+        pass)."""
+        if self.effects is None:
+            return None
+        excess, noise = self.effects
+        if not self.moved and (noise <= 0 or (excess + noise) / noise <= sps.f.ppf(
+                1 - SPREAD_LEVEL, self.worth or self.cells, self.noise_df or math.inf)):
+            return 0.0
+        return max(0.0, excess / self.cells)
 
     def moderate(self, sd: float, df: float) -> tuple[float, float]:
         """A cell's sd and degrees of freedom, moderated towards the pool's (Smyth 2004):
@@ -159,16 +188,19 @@ def pooled_sd(comps: Sequence[Comparison],
     var = sum(s * s * (n - 1) for s, n, _m in cells) / df
     if len(cells) < 3:
         return Pool(math.sqrt(var), df, effective=eff, cells=len(cells))
+    worth = len(cells) * eff / df if eff is not None else None
+    noise_df = min(df, eff) if eff is not None else df
     effects = (float(sum(math.log1p(m) ** 2 - var / n for _s, n, m in cells)),
                float(sum(var / n for _s, n, _m in cells)))
     half = np.array([(n - 1) / 2 for _s, n, _m in cells])
     e = np.log([s * s for s, _n, _m in cells]) - sc.digamma(half) + np.log(half)
     excess = float(e.var(ddof=1) - np.mean(sc.polygamma(1, half)))
     if excess <= 0 or (d0 := 2 * _trigamma_inverse(excess)) >= df:
-        return Pool(math.sqrt(var), df, effective=eff, cells=len(cells), effects=effects)
+        return Pool(math.sqrt(var), df, effective=eff, cells=len(cells), effects=effects,
+                    worth=worth, noise_df=noise_df)
     s0 = math.exp(float(e.mean()) + sc.digamma(d0 / 2) - math.log(d0 / 2))
     return Pool(math.sqrt(s0), max(1, round(d0)), prior=True, effective=eff,
-                cells=len(cells), effects=effects)
+                cells=len(cells), effects=effects, worth=worth, noise_df=noise_df)
 
 
 def table_signal(pools: Iterable[Pool | None]) -> float | None:
@@ -275,6 +307,7 @@ def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
     out = list(comps)
     changed = cells = 0
     signal = table_signal(pools.values())
+    levels: dict[int, float] = {}  # the level each tested cell's rounds are counted at
     for name in [*primary, *([GATED] if GATED in names else [])]:
         share = shares.get(name, changed / cells if cells else 1.0)
         idx = [k for k in sorted(tested) if fam[k] == name]
@@ -303,7 +336,13 @@ def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
             c = replace(c, p=pa, verdict=verdict, comparisons=len(idx), family=name,
                         better=c.better if verdict == "changed" else None)
             joins = m + (1 if scale < 1 and (c.p_raw or 1.0) > SELECT else 0)
-            level = c.alpha * at * scale * min(joins, kept + 1) / joins
-            pool = pools[fam[k], met[k]] if c.kind == "sampled" else None
-            out[k] = replace(c, rounds_needed=rounds_for(c, level, pool, signal))
+            levels[k] = c.alpha * at * scale * min(joins, kept + 1) / joins
+            out[k] = c
+    moved = {(fam[k], met[k]) for k in levels if out[k].verdict == "changed"}
+    for k, level in levels.items():
+        c = out[k]
+        pool = pools[fam[k], met[k]] if c.kind == "sampled" else None
+        if pool is not None and (fam[k], met[k]) in moved:
+            pool = replace(pool, moved=True)
+        out[k] = replace(c, rounds_needed=rounds_for(c, level, pool, signal))
     return out

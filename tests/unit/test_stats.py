@@ -507,6 +507,46 @@ def test_a_lone_cell_borrows_the_tables_spread_of_effects() -> None:
     assert families.table_signal([None, families.pooled_sd(null[:2])]) is None
 
 
+def test_like_cells_show_a_spread_of_effects_only_beyond_chance() -> None:
+    """The rounds to decide take true effects to spread around 0 only where like cells'
+    estimates spread more than noise would make them at 5%: an estimate taken whenever it
+    was over 0 read chance as spread in 37-50% of A/A pools of five cells, and their
+    null cells' k then erred long (docs/simulation.md, the seventh pass). Cells whose
+    rounds rise and fall together (one server life under every row) count as fewer
+    cells; a cell "changed" in the table shows a spread whatever the others' noise."""
+    rng = np.random.default_rng(11)
+
+    def pool(shared: float, effects: np.ndarray, n: int = 6) -> families.Pool:
+        life = rng.normal(0, 0.01 * math.sqrt(shared), n)
+        xs = [effects[i] + life + rng.normal(0, 0.01 * math.sqrt(1 - shared), n)
+              for i in range(effects.size)]
+        pairs = [_pair(x) for x in xs]
+        got = [compare(b, a) for b, a in pairs]
+        assert all(g is not None for g in got)
+        ratios = [{r: math.log(a[r] / b[r]) for r in b} for b, a in pairs]
+        out = families.pooled_sd([g for g in got if g is not None], ratios)
+        assert out is not None and out.spread is not None
+        return out
+
+    null = np.zeros(5)
+    for shared in (0.0, 0.5):
+        rate = np.mean([pool(shared, null).spread > 0 for _ in range(400)])
+        assert 0.01 <= rate <= 0.10, (shared, rate)
+    moved = pool(0.0, np.array([0.05, -0.04, 0.06, 0.0, -0.05]))
+    assert moved.effects is not None
+    assert moved.spread == pytest.approx(moved.effects[0] / moved.cells) and moved.spread > 0
+    assert moved.worth is not None and 3 < moved.worth <= 5
+    # at 2 rounds the pool knows one cell's noise: only a cell that moved shows a spread
+    pairs = [_pair(np.array(x)) for x in ([0.10, 0.11], [0.01, -0.012], [-0.005, 0.008])]
+    got = [compare(b, a) for b, a in pairs]
+    assert got[0] is not None and got[0].verdict == "changed"
+    two = families.pooled_sd([g for g in got if g is not None],
+                             [{r: math.log(a[r] / b[r]) for r in b} for b, a in pairs])
+    assert two is not None
+    assert not two.moved and two.noise_df == 1 and two.spread == 0.0
+    assert (replace(two, moved=True).spread or 0) > 0  # as families.adjust sets it
+
+
 def test_the_pools_degrees_of_freedom_count_what_the_rounds_share() -> None:
     """Cells that move together over the rounds (one server life under every row) know
     no more of the noise than one of them; independent ones know their sum; two rounds
