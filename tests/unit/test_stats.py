@@ -536,15 +536,38 @@ def test_like_cells_show_a_spread_of_effects_only_beyond_chance() -> None:
     assert moved.effects is not None
     assert moved.spread == pytest.approx(moved.effects[0] / moved.cells) and moved.spread > 0
     assert moved.worth is not None and 3 < moved.worth <= 5
-    # at 2 rounds the pool knows one cell's noise: only a cell that moved shows a spread
-    pairs = [_pair(np.array(x)) for x in ([0.10, 0.11], [0.01, -0.012], [-0.005, 0.008])]
+    # at 2 rounds the pool knows one cell's noise: no test shows a spread there. Where a
+    # like cell changed, the effects spread, and how far the others' do is what they show
+    # beyond their noise, not the change (adjust hands them to Pool.beside)
+    pairs = [_pair(np.array(x)) for x in ([0.10, 0.11], [-0.10, -0.18], [0.01, -0.012],
+                                          [-0.005, 0.008])]
     got = [compare(b, a) for b, a in pairs]
-    assert got[0] is not None and got[0].verdict == "changed"
-    two = families.pooled_sd([g for g in got if g is not None],
-                             [{r: math.log(a[r] / b[r]) for r in b} for b, a in pairs])
-    assert two is not None
-    assert not two.moved and two.noise_df == 1 and two.spread == 0.0
-    assert (replace(two, moved=True).spread or 0) > 0  # as families.adjust sets it
+    assert all(g is not None for g in got)
+    cells = [g for g in got if g is not None]
+    assert cells[0].verdict == "changed" and cells[1].verdict != "changed"
+    two = families.pooled_sd(cells, [{r: math.log(a[r] / b[r]) for r in b} for b, a in pairs])
+    assert two is not None and two.effects is not None
+    assert two.moved is None and two.noise_df == 1 and two.spread == 0.0
+    var = two.sd ** 2
+    far = two.beside(cells[1:])  # the -14% beside three null-looking cells
+    assert far.spread == pytest.approx(sum(math.log1p(c.change or 0) ** 2 - var / c.n
+                                           for c in cells[1:]) / 3)
+    assert (far.spread or 0) > 0
+    assert two.beside(cells[2:]).spread == 0.0  # the others show nothing beyond noise
+    # in a table, the others' rounds do not depend on how far the changed cell moved
+    seen = []
+    for big in (0.3, 0.6):
+        pairs = [_pair(np.array(x)) for x in ([big, big + 0.01, big + 0.005],
+                                              [-0.10, -0.18, -0.14], [0.01, -0.012, 0.004],
+                                              [-0.005, 0.008, 0.0])]
+        table = [g for b, a in pairs if (g := compare(b, a)) is not None]
+        pools = {("table", "decode"): families.pooled_sd(
+            table, [{r: math.log(a[r] / b[r]) for r in b} for b, a in pairs])}
+        out = families.adjust(table, metrics=["decode"] * 4, pools=pools)
+        assert out[0].verdict == "changed"
+        assert all(c.verdict == "inconclusive" and c.rounds_needed for c in out[1:])
+        seen.append([c.rounds_needed for c in out[1:]])
+    assert seen[0] == seen[1]
 
 
 def test_the_pools_degrees_of_freedom_count_what_the_rounds_share() -> None:
