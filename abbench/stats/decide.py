@@ -13,13 +13,12 @@ given the rounds so far: a flat prior, or, where like cells (one metric in one f
 show how far true effects spread around 0, a normal prior of that spread (empirical
 Bayes; 0, which pulls the estimate all the way to 0, unless their estimates spread more
 than noise would make them at 5% or one of them changed:
-:attr:`abbench.stats.families.Pool.spread`), which
-pulls an estimate that is mostly noise back towards 0. The sd the N rounds
-will show is the pool of today's rounds and sigma. A cell is decided at N when its
-estimate clears the band by the t half-width at the family's adjusted level ("changed";
-one-sided at ``alpha_changed``) or its 1 - 2 alpha interval lies inside the band
-("within noise"). The rounds are the smallest N where the chance of either reaches
-``prob`` (80% by default).
+:attr:`abbench.stats.families.Pool.spread`), which pulls an estimate that is mostly
+noise back towards 0. The sd the N rounds will show is the pool of today's rounds and
+sigma. A cell is decided at N when its estimate clears the band by the t half-width at
+the family's adjusted level ("changed"; one-sided at ``alpha_changed``) or its 1 - 2
+alpha interval lies inside the band ("within noise"). The rounds are the smallest N
+where the chance of either reaches ``prob`` (80% by default).
 
 ``bimodal``: server lives sit at two levels; the sd of the rounds is then known from
 the levels (:func:`bimodal_gap`), and the model's sd is used without drawing it.

@@ -103,15 +103,14 @@ class Pool:
     def spread(self) -> float | None:
         """The variance of the true effects around 0 (None below three cells):
         :attr:`moved` where one of the cells changed; else 0 unless the cells' estimates
-        spread more than
-        noise would make them at the level :data:`SPREAD_LEVEL` (a preliminary test):
-        their mean square over the sampling variance the pooled sd gives it, an F of the
-        cells' :attr:`worth` over the pool's effective degrees of freedom (at 2 rounds,
-        one cell's: only a cell that moved shows a spread there); then the excess, per
-        cell. An estimate taken whenever it is over 0 read chance as spread in 37-50% of
-        A/A pools of five cells, and an undecided null cell's rounds then assumed that
-        its chance offset was partly real: k erred long (docs/simulation.md, the seventh
-        pass)."""
+        spread more than noise would make them at the level :data:`SPREAD_LEVEL` (a
+        preliminary test): their mean square over the sampling variance the pooled sd
+        gives it, an F of the cells' :attr:`worth` over the pool's effective degrees of
+        freedom (at 2 rounds, one cell's: only a cell that moved shows a spread there);
+        then the excess, per cell. An estimate taken whenever it is over 0 read chance
+        as spread in 37-50% of A/A pools of five cells, and an undecided null cell's
+        rounds then assumed that its chance offset was partly real: k erred long
+        (docs/simulation.md, the seventh pass)."""
         if self.effects is None:
             return None
         if self.moved is not None:
@@ -128,8 +127,7 @@ class Pool:
         every cell, the one +2% among five decode rows was read as a spread all of them
         share, and the null rows' k erred long (decided at n + k in 89.9% of cells from
         6 rounds; 84.7% so: docs/simulation.md, the seventh pass)."""
-        var = self.sd * self.sd
-        excess = sum(math.log1p(c.change or 0.0) ** 2 - var / c.n for c in rest)
+        excess = _excess(self.sd * self.sd, [(c.n, c.change or 0.0) for c in rest])
         return replace(self, moved=max(0.0, excess / len(rest)) if rest else 0.0)
 
     def moderate(self, sd: float, df: float) -> tuple[float, float]:
@@ -205,7 +203,7 @@ def pooled_sd(comps: Sequence[Comparison],
         return Pool(math.sqrt(var), df, effective=eff, cells=len(cells))
     worth = len(cells) * eff / df if eff is not None else None
     noise_df = min(df, eff) if eff is not None else df
-    effects = (float(sum(math.log1p(m) ** 2 - var / n for _s, n, m in cells)),
+    effects = (_excess(var, [(n, m) for _s, n, m in cells]),
                float(sum(var / n for _s, n, _m in cells)))
     half = np.array([(n - 1) / 2 for _s, n, _m in cells])
     e = np.log([s * s for s, _n, _m in cells]) - sc.digamma(half) + np.log(half)
@@ -216,6 +214,12 @@ def pooled_sd(comps: Sequence[Comparison],
     s0 = math.exp(float(e.mean()) + sc.digamma(d0 / 2) - math.log(d0 / 2))
     return Pool(math.sqrt(s0), max(1, round(d0)), prior=True, effective=eff,
                 cells=len(cells), effects=effects, worth=worth, noise_df=noise_df)
+
+
+def _excess(var: float, cells: Iterable[tuple[int, float]]) -> float:
+    """Over cells of (rounds, change): the sum of their squared mean log-ratios beyond
+    the sampling variance an sd of ``var`` per round gives each."""
+    return float(sum(math.log1p(m) ** 2 - var / n for n, m in cells))
 
 
 def table_signal(pools: Iterable[Pool | None]) -> float | None:
@@ -353,13 +357,16 @@ def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
             joins = m + (1 if scale < 1 and (c.p_raw or 1.0) > SELECT else 0)
             levels[k] = c.alpha * at * scale * min(joins, kept + 1) / joins
             out[k] = c
-    moved = {(fam[k], met[k]) for k in levels if out[k].verdict == "changed"}
+    # where a like cell changed, the spread of effects is what the others show
+    final = dict(pools)
+    for key in {(fam[k], met[k]) for k in levels if out[k].verdict == "changed"}:
+        if (pool := pools.get(key)) is not None and pool.effects is not None:
+            final[key] = pool.beside([out[j] for j in levels if (fam[j], met[j]) == key
+                                      and out[j].verdict != "changed"
+                                      and out[j].kind == "sampled"
+                                      and out[j].change is not None])
     for k, level in levels.items():
         c = out[k]
-        pool = pools[fam[k], met[k]] if c.kind == "sampled" else None
-        if pool is not None and pool.effects is not None and (fam[k], met[k]) in moved:
-            pool = pool.beside([out[j] for j in levels if (fam[j], met[j]) == (fam[k], met[k])
-                                and out[j].verdict != "changed" and out[j].kind == "sampled"
-                                and out[j].change is not None])
+        pool = final[fam[k], met[k]] if c.kind == "sampled" else None
         out[k] = replace(c, rounds_needed=rounds_for(c, level, pool, signal))
     return out
