@@ -782,7 +782,11 @@ def grow(rng: np.random.Generator, layout: Layout, noise: Noise, rounds: int,
          horizon: int = 0) -> Generator[tuple[int, list[Row]], Sequence[int] | None, None]:
     """One fixed-rounds campaign of ``rounds`` rounds, its table first; then, given
     (``send``) rounds in all to carry on to, the same campaign's table at each, in
-    ascending order. ``horizon``: the rounds the drift spans (default ``rounds``)."""
+    ascending order. ``horizon``: the rounds the drift spans (default ``rounds``). The
+    rounds carried on to are drawn one round at a time from a stream of the campaign's
+    own: the same values whatever rounds are asked for, and ``rng`` gives the next
+    campaign the same start (two rules of the rounds to decide, which ask for different
+    rounds, are compared on the same campaigns)."""
     arms = list(layout.arms)
     seed = int(rng.integers(1, 2**31))
     settings = StatsConfig(alpha=ALPHA, noise_band=BAND)
@@ -792,13 +796,15 @@ def grow(rng: np.random.Generator, layout: Layout, noise: Noise, rounds: int,
     add_slots(rng, layout, noise, vals, [(s.arm, s.round, s.index) for s in slots], total)
     done, used = rounds, len(slots)
     more = yield done, compared(layout, vals, settings)
+    later = np.random.default_rng([seed, 1])
     for target in sorted(set(more or ())):
         if target <= done:
             continue
-        block = make_schedule(arms, target - done, "interleaved", seed, first_round=done,
-                              first_index=used)
-        add_slots(rng, layout, noise, vals, [(s.arm, s.round, s.index) for s in block], total)
-        used += len(block)
+        for r in range(done, target):
+            block = make_schedule(arms, 1, "interleaved", seed, first_round=r, first_index=used)
+            add_slots(later, layout, noise, vals, [(s.arm, s.round, s.index) for s in block],
+                      total)
+            used += len(block)
         done = target
         yield done, compared(layout, vals, settings)
 
