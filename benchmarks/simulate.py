@@ -868,12 +868,12 @@ def power_at(campaigns: int, rng: np.random.Generator, layout: Layout, n: int) -
 
 
 #: rounds to decide: the campaigns' starting rounds. Every stated k is followed, up to
-#: MANY_ROUNDS (past it a cell says "needs >200 rounds", no k)
+#: MANY_ROUNDS rounds in all (past it a cell says "needs >1000 rounds", no k)
 RTD_NS = (3, 6)
 #: the rounds the drift scenario's +5% spans (past them it goes on at that rate)
 RTD_DRIFT = 40
 #: the ranges of k the share decided is also shown by
-RTD_BINS = ((1, 5), (6, 15), (16, 40), (41, 100), (101, MANY_ROUNDS))
+RTD_BINS = ((1, 5), (6, 15), (16, 40), (41, 100), (101, 200), (201, MANY_ROUNDS))
 
 
 @dataclass(frozen=True)
