@@ -12,7 +12,7 @@ it a small sd, which decides most cells at once, is undercounted and k errs long
 given the rounds so far: a flat prior, or, where like cells (one metric in one family)
 show how far true effects spread around 0, a normal prior of that spread (empirical
 Bayes; 0, which pulls the estimate all the way to 0, unless their estimates spread more
-than noise would make them at 5% or one of them changed:
+than noise would make them at 5%, not from one cell alone, or one of them changed:
 :attr:`abbench.stats.families.Pool.spread`), which pulls an estimate that is mostly
 noise back towards 0. The sd the N rounds will show is the pool of today's rounds and
 sigma. A cell is decided at N when its estimate clears the band by the t half-width at

@@ -98,6 +98,9 @@ class Pool:
     #: The effects spread, whatever the noise, but the change is no measure of how far
     #: the others' do
     moved: float | None = None
+    #: of the cell whose squared mean log-ratio is largest: its excess over its sampling
+    #: variance, and that variance (what ``effects`` adds up for it)
+    top: tuple[float, float] | None = None
 
     @property
     def spread(self) -> float | None:
@@ -107,19 +110,30 @@ class Pool:
         preliminary test): their mean square over the sampling variance the pooled sd
         gives it, an F of the cells' :attr:`worth` over the pool's effective degrees of
         freedom (at 2 rounds, one cell's: only a cell that moved shows a spread there);
-        then the excess, per cell. An estimate taken whenever it is over 0 read chance
-        as spread in 37-50% of A/A pools of five cells, and an undecided null cell's
-        rounds then assumed that its chance offset was partly real: k erred long
-        (docs/simulation.md, the seventh pass)."""
+        then the excess, per cell, if the cells but the largest (:attr:`top`) pass the
+        same test: one cell that moved is no spread the others share. An estimate taken
+        whenever it is over 0 read chance as spread in 37-50% of A/A pools of five
+        cells, and an undecided null cell's rounds then assumed that its chance offset
+        was partly real: k erred long (docs/simulation.md, the seventh pass); so did
+        the four null decode rows' beside one +2% (the eighth pass)."""
         if self.effects is None:
             return None
         if self.moved is not None:
             return self.moved
         excess, noise = self.effects
-        if noise <= 0 or (excess + noise) / noise <= sps.f.ppf(
-                1 - SPREAD_LEVEL, self.worth or self.cells, self.noise_df or math.inf):
+        if not self.beyond_noise(excess, noise, self.cells):
             return 0.0
+        if self.top is not None and not self.beyond_noise(excess - self.top[0],
+                                                      noise - self.top[1], self.cells - 1):
+            return 0.0  # one cell moved; the others show no spread
         return max(0.0, excess / self.cells)
+
+    def beyond_noise(self, excess: float, noise: float, cells: int) -> bool:
+        """Whether ``cells`` of the pool, of this excess and sampling variance, spread
+        more than noise would make them at :data:`SPREAD_LEVEL`."""
+        worth = (self.worth or self.cells) * cells / self.cells
+        return noise > 0 and (excess + noise) / noise > sps.f.ppf(
+            1 - SPREAD_LEVEL, worth, self.noise_df or math.inf)
 
     def beside(self, rest: Sequence[Comparison]) -> Pool:
         """This pool where one of its cells changed: its spread of effects (:attr:`moved`)
@@ -205,15 +219,17 @@ def pooled_sd(comps: Sequence[Comparison],
     noise_df = min(df, eff) if eff is not None else df
     effects = (_excess(var, [(n, m) for _s, n, m in cells]),
                float(sum(var / n for _s, n, _m in cells)))
+    big = max(cells, key=lambda c: math.log1p(c[2]) ** 2)
+    top = (_excess(var, [(big[1], big[2])]), var / big[1])
     half = np.array([(n - 1) / 2 for _s, n, _m in cells])
     e = np.log([s * s for s, _n, _m in cells]) - sc.digamma(half) + np.log(half)
     excess = float(e.var(ddof=1) - np.mean(sc.polygamma(1, half)))
     if excess <= 0 or (d0 := 2 * _trigamma_inverse(excess)) >= df:
         return Pool(math.sqrt(var), df, effective=eff, cells=len(cells), effects=effects,
-                    worth=worth, noise_df=noise_df)
+                    worth=worth, noise_df=noise_df, top=top)
     s0 = math.exp(float(e.mean()) + sc.digamma(d0 / 2) - math.log(d0 / 2))
     return Pool(math.sqrt(s0), max(1, round(d0)), prior=True, effective=eff,
-                cells=len(cells), effects=effects, worth=worth, noise_df=noise_df)
+                cells=len(cells), effects=effects, worth=worth, noise_df=noise_df, top=top)
 
 
 def _excess(var: float, cells: Iterable[tuple[int, float]]) -> float:
