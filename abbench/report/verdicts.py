@@ -158,15 +158,14 @@ def rounds_line(table: Table) -> str | None:
     text = f"Undecided cells: {len(need)} (this run has {n} rounds)"
     if within:
         every = len(within) == len(need)
-        if few and len(few) < len(within):  # what a run can afford, then the rest
+        split = 0 < len(few) < len(within)  # what a run can afford, then the rest
+        first, which = (max(few), f"{len(few)} of them") if split else \
+            (max(within), "each of them" if every else f"{len(within)} of them")
+        text += f"; at the noise observed, about {first} rounds in all would decide " \
+            f"{which} with {PROB * 100:g}% probability"
+        if split:
             rest = f"all {len(need)}" if every else f"{len(within)} of them"
-            text += f"; at the noise observed, about {max(few)} rounds in all would decide " \
-                f"{len(few)} of them with {PROB * 100:g}% probability, and about " \
-                f"{max(within)} would decide {rest}"
-        else:
-            which = "each of them" if every else f"{len(within)} of them"
-            text += f"; at the noise observed, about {max(within)} rounds in all would " \
-                f"decide {which} with {PROB * 100:g}% probability"
+            text += f", and about {max(within)} would decide {rest}"
     if agree:
         text += f"; {len(agree)} whose rounds all agree, by {max(agree)} rounds in all if " \
             "they go on agreeing (the sign test)"
