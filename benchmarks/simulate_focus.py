@@ -6,6 +6,7 @@ rounds (80%)" followed from one number of rounds (docs/simulation.md, issue 27's
     .venv/bin/python benchmarks/simulate_focus.py power --campaigns 1500 --rounds 12
     .venv/bin/python benchmarks/simulate_focus.py aa --campaigns 400
     .venv/bin/python benchmarks/simulate_focus.py rounds --campaigns 64 --rounds 3
+    .venv/bin/python benchmarks/simulate_focus.py df --campaigns 100
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+import numpy as np
+
+from abbench.stats import families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import simulate as sim
@@ -38,9 +44,46 @@ def aa(campaigns: int, seed: int, noise: sim.Noise, rounds: int) -> float:
     return sim.share([sim.false_changed(c) for c in got])
 
 
+def pool_counts(campaigns: int, seed: int) -> list[str]:
+    """What the decode pools' effective degrees of freedom read (one pool of five decode
+    cells per arm, sharing half their noise through the server life: worth 2.5 cells),
+    and the degrees of freedom a decode cell is tested with, at 1% per arm."""
+    out = ["| rounds | pools of 5 cells | cells' worth: median (mean) | decode cells | df "
+           "tested: min / median / max |", "|---|---|---|---|---|"]
+    seen: list[tuple[int, float | None]] = []
+    count = families.effective_df
+
+    def recorded(ratios: Sequence[Mapping[int, float]]) -> float | None:
+        got = count(ratios)
+        seen.append((len(ratios), got))
+        return got
+
+    families.effective_df = recorded
+    try:
+        for n in (3, 6, 12):
+            seen.clear()
+            rng = np.random.default_rng([seed, n])
+            dfs = []
+            with sim.fast_paths():
+                for _ in range(campaigns):
+                    it = sim.grow(rng, sim.h200(), sim.TABLE_NOISES[0], n)
+                    _n, rows = next(it)
+                    it.close()
+                    dfs += [cell.comparison.moderated[1] for r in rows
+                            if r.metric == "decode_tok_s" for cell in r.cells.values()
+                            if cell.comparison is not None
+                            and cell.comparison.moderated is not None]
+            worth = np.array([v for k, v in seen if k == 5 and v is not None]) / (n - 1)
+            out.append(f"| {n} | {worth.size} | {np.median(worth):.2f} ({worth.mean():.2f}) | "
+                       f"{len(dfs)} | {min(dfs):.1f} / {np.median(dfs):.1f} / {max(dfs):.1f} |")
+    finally:
+        families.effective_df = count
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("study", choices=("power", "aa", "rounds"))
+    ap.add_argument("study", choices=("power", "aa", "rounds", "df"))
     ap.add_argument("--campaigns", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=12,
                     help="power: rounds per campaign; rounds: the rounds followed from")
@@ -52,6 +95,8 @@ def main() -> None:
     if args.study == "power":
         p = power(args.campaigns, args.rounds, args.seed or 20261201)
         print(f"| {args.rounds} | {p * 100:.1f}% | {se(p):.1f} | {args.campaigns} |")
+    elif args.study == "df":
+        print("\n".join(pool_counts(args.campaigns, args.seed or 3)))
     elif args.study == "rounds":  # simulate.py's campaigns for the first 1/25 of them
         got = sim.study_rounds(args.campaigns, args.seed or 20261201, (args.rounds,))
         print("\n".join(sim.render_rounds(got)))
