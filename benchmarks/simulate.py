@@ -1235,7 +1235,7 @@ def run(campaigns: int, seed: int, progress: Callable[[str], None] = lambda s: N
         "",
         "## 3. Bimodal lives at 2 and 3 rounds: the bound",
         "",
-        "| rounds | P(pattern) | \"changed\" given the pattern (abbench / alpha/{STRICT}) "
+        f"| rounds | P(pattern) | \"changed\" given the pattern (abbench / alpha/{STRICT}) "
         "| bound on the A/A rate (same) | the most \"changed\" given the pattern that can "
         "meet 5% |",
         "|---|---|---|---|---|",
