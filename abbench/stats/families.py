@@ -278,16 +278,20 @@ def _excess(var: float, cells: Iterable[tuple[int, float]]) -> float:
 
 def table_signal(pools: Iterable[Pool | None]) -> float | None:
     """How far true effects spread in this table, in units of their estimates' sampling
-    variance: over every pool of three cells or more, the squared means' excess over
-    their sampling variance, summed, over that variance, summed (0 or more): 0 where
-    the estimates spread no more than noise would make them. A lone cell borrows it
-    (:func:`rounds_for`): its estimate alone cannot tell noise from effect, and a flat
-    prior would read a chance estimate as the change. None without such a pool."""
-    got = [p.effects for p in pools if p is not None and p.effects is not None]
-    if not got:
+    variance: over every pool of three cells or more, the spread of effects it shows
+    (:attr:`Pool.spread`: none unless its estimates spread more than noise, not from
+    one cell alone), times its cells, over their sampling variance, summed: 0 where no
+    pool shows a spread. A lone cell borrows it (:func:`rounds_for`): its estimate
+    alone cannot tell noise from effect, and a flat prior would read a chance estimate
+    as the change. Summed ungated, a chance excess in null rows, or one decode row's
+    +2%, gave the table's quality counts a wide prior, and their k erred short (0 of
+    35 cells decided at n + k, docs/simulation.md, the ninth pass). None without such a
+    pool."""
+    got = [p for p in pools if p is not None and p.effects is not None]
+    noise = sum(p.effects[1] for p in got if p.effects is not None)
+    if not got or noise <= 0:
         return None
-    noise = sum(v for _e, v in got)
-    return max(0.0, sum(e for e, _v in got)) / noise if noise > 0 else None
+    return sum((p.spread or 0.0) * p.cells for p in got) / noise
 
 
 def _trigamma_inverse(y: float) -> float:
@@ -379,7 +383,6 @@ def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
     shares = _shares(primary)
     out = list(comps)
     changed = cells = 0
-    signal = table_signal(pools.values())
     levels: dict[int, float] = {}  # the level each tested cell's rounds are counted at
     for name in [*primary, *([GATED] if GATED in names else [])]:
         share = shares.get(name, changed / cells if cells else 1.0)
@@ -419,6 +422,7 @@ def adjust(comps: Sequence[Comparison], families: Sequence[str] | None = None,
                                       and out[j].verdict != "changed"
                                       and out[j].kind == "sampled"
                                       and out[j].change is not None])
+    signal = table_signal(final.values())
     for k, level in levels.items():
         c = out[k]
         pool = final[fam[k], met[k]] if c.kind == "sampled" else None

@@ -505,6 +505,14 @@ def test_a_lone_cell_borrows_the_tables_spread_of_effects() -> None:
     assert (families.rounds_for(c, 0.005, signal=quiet) or 0) > MANY_ROUNDS
     assert families.rounds_for(c, 0.005, signal=loud) == pytest.approx(flat, rel=0.1)
     assert families.table_signal([None, families.pooled_sd(null[:2])]) is None
+    # one row that moved among null ones is no spread the table's lone cells share (the
+    # quality counts beside a +2% decode row erred short: docs/simulation.md, the ninth
+    # pass); the spread the pools show is gated as Pool.spread is
+    one = cells([0.05, 0.051, 0.049], [0.0, 0.01, -0.012], [-0.01, 0.0, 0.011],
+                [0.012, -0.01, 0.0], [0.0, -0.011, 0.01])
+    lone = families.pooled_sd(one)
+    assert lone is not None and lone.effects is not None and lone.effects[0] > 0
+    assert lone.spread == 0.0 and families.table_signal([lone]) == 0.0
 
 
 def test_like_cells_show_a_spread_of_effects_only_beyond_chance() -> None:
