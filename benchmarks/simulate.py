@@ -880,11 +880,13 @@ RTD_BINS = ((1, 5), (6, 15), (16, 40), (41, 100), (101, 200), (201, MANY_ROUNDS)
 class Followed:
     """The undecided cells of one scenario and n: (k stated, decided at n + k) for each
     cell that states a k, and how many cells were undecided; ``campaigns``: how many of
-    those cells each campaign gave, in order (its cells move together)."""
+    those cells each campaign gave, in order (its cells move together); ``metrics``:
+    each cell's metric, in the order of ``cells``."""
 
     cells: tuple[tuple[int, bool], ...]
     undecided: int
     campaigns: tuple[int, ...] = ()
+    metrics: tuple[str, ...] = ()
 
     @property
     def decided(self) -> float:
@@ -927,6 +929,7 @@ def study_rounds(campaigns: int, seed: int, ns: Sequence[int] = RTD_NS
             for n in ns:
                 rng = rng_for(seed, "rounds", label, n)
                 followed: list[tuple[int, bool]] = []
+                metrics: list[str] = []
                 sizes: list[int] = []
                 undecided = 0
                 for _ in range(campaigns):
@@ -956,10 +959,12 @@ def study_rounds(campaigns: int, seed: int, ns: Sequence[int] = RTD_NS
                                 cn = by.get(key)
                                 followed.append((big_n - n,
                                                  cn is not None and cn.verdict in DECIDED))
+                                metrics.append(key[1])
                             got = next(it)
                 sizes.append(len(followed))
                 out[label, n] = Followed(tuple(followed), undecided,
-                                         tuple(b - a for a, b in itertools.pairwise(sizes)))
+                                         tuple(b - a for a, b in itertools.pairwise(sizes)),
+                                         tuple(metrics))
     return out
 
 
@@ -1115,6 +1120,20 @@ def render_rounds(rounds: dict[tuple[str, int], Followed]) -> list[str]:
                                                  " rounds")
     return [*rt, "", f"By the k stated (from {start}): share decided at n + k (cells).",
             "", *bins]
+
+
+def render_rounds_by_metric(rounds: dict[tuple[str, int], Followed]) -> list[str]:
+    """The share decided at n + k by the cells' metric: scenarios as rows, the metrics
+    (the counts among them) as columns, every n together."""
+    metrics = sorted({m for f in rounds.values() for m in f.metrics})
+    out = ["| scenario | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
+    for label in dict.fromkeys(key[0] for key in rounds):
+        got = [(m, d) for (lab, _n), f in rounds.items() if lab == label
+               for m, (_k, d) in zip(f.metrics, f.cells, strict=True)]
+        cells = [[d for m_, d in got if m_ == m] for m in metrics]
+        out.append(f"| {label} | " + " | ".join(
+            f"{_pc(share(c))} ({len(c)})" if c else "–" for c in cells) + " |")
+    return out
 
 
 def render_tables(out: dict[str, Any], k: Counts) -> list[str]:

@@ -5,6 +5,7 @@ rounds (80%)" followed from one number of rounds (docs/simulation.md, issue 27's
 
     .venv/bin/python benchmarks/simulate_focus.py power --campaigns 1500 --rounds 12
     .venv/bin/python benchmarks/simulate_focus.py aa --campaigns 400
+    .venv/bin/python benchmarks/simulate_focus.py aa --campaigns 400 --noise "drift +5%" --at 8 12
     .venv/bin/python benchmarks/simulate_focus.py rounds --campaigns 64 --rounds 3
     .venv/bin/python benchmarks/simulate_focus.py df --campaigns 100
 """
@@ -87,6 +88,11 @@ def main() -> None:
     ap.add_argument("--campaigns", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=12,
                     help="power: rounds per campaign; rounds: the rounds followed from")
+    ap.add_argument("--noise", nargs="+", default=["2%", "3%", "bimodal 9%"],
+                    choices=[nz.short for nz in sim.TABLE_NOISES],
+                    help="aa: the noise models (default: 2%%, 3%%, bimodal 9%%)")
+    ap.add_argument("--at", type=int, nargs="+", default=[2, 3, 4, 6],
+                    help="aa: the rounds (default: 2 3 4 6)")
     ap.add_argument("--seed", type=int, default=None,
                     help="default: 20261201 for power and rounds (simulate.py's), 7 for aa")
     args = ap.parse_args()
@@ -100,12 +106,14 @@ def main() -> None:
     elif args.study == "rounds":  # simulate.py's campaigns for the first 1/25 of them
         got = sim.study_rounds(args.campaigns, args.seed or 20261201, (args.rounds,))
         print("\n".join(sim.render_rounds(got)))
+        print("\nBy the cells' metric: share decided at n + k (cells).\n")
+        print("\n".join(sim.render_rounds_by_metric(got)))
     else:
         print("| noise | rounds | false \"changed\" | se | campaigns |\n|---|---|---|---|---|")
         for noise in sim.TABLE_NOISES:
-            if noise.short not in ("2%", "3%", "bimodal 9%"):
+            if noise.short not in args.noise:
                 continue
-            for n in (2, 3, 4, 6):
+            for n in args.at:
                 p = aa(args.campaigns, args.seed or 7, noise, n)
                 print(f"| {noise.short} | {n} | {p * 100:.1f}% | {se(p):.1f} | "
                       f"{args.campaigns} |", flush=True)
