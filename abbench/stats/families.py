@@ -200,17 +200,18 @@ def effective_df(ratios: Sequence[Mapping[int, float]]) -> float | None:
 
 
 def _mean_r2(rho2: float, m: np.ndarray) -> np.ndarray:
-    """E r^2 of a bivariate normal pair over m + 1 rounds (m >= 2) whose correlation
-    squared is ``rho2`` < 1 (Olkin & Pratt 1958): 1 - (m - 1)/m (1 - rho^2)
+    """E r^2 of a bivariate normal pair over m + 1 rounds (each m >= 2) whose
+    correlation squared is ``rho2`` < 1 (Olkin & Pratt 1958): 1 - (m - 1)/m (1 - rho^2)
     2F1(1, 1; (m + 2)/2; rho^2)."""
-    m = np.atleast_1d(np.asarray(m, dtype=float))
     c = (m + 2) / 2
-    # 2F1(1, 1; c; z) = sum_k k! z^k / (c)_k; scipy's overflows past c of about 100 near
-    # z = 1, where the series' terms fall at least as fast as k^-(c - 1)
-    k = np.arange(1, 400)[:, None]
-    series = 1 + np.cumprod(k * rho2 / (c + k - 1), axis=0).sum(axis=0)
-    f = np.where(c <= 40, sc.hyp2f1(1.0, 1.0, np.minimum(c, 40), rho2), series)
-    return np.asarray(1.0 - (m - 1) / m * (1.0 - rho2) * f)
+    f = np.empty_like(c)
+    small = c <= 40
+    f[small] = sc.hyp2f1(1.0, 1.0, c[small], rho2)
+    if not small.all():  # scipy's overflows past c of about 100 near rho^2 = 1; the
+        # series sum_k k! z^k / (c)_k, whose terms fall at least as fast as k^-(c - 1)
+        k = np.arange(1, 400)[:, None]
+        f[~small] = 1 + np.cumprod(k * rho2 / (c[~small] + k - 1), axis=0).sum(axis=0)
+    return 1.0 - (m - 1) / m * (1.0 - rho2) * f
 
 
 def _rho2(pairs: Sequence[tuple[int, float]]) -> float:
@@ -220,9 +221,11 @@ def _rho2(pairs: Sequence[tuple[int, float]]) -> float:
         return 0.0
     m, r2 = (np.array(x, dtype=float) for x in zip(*pairs, strict=True))
     seen = float((m * r2).sum())
+    ms, at = np.unique(m, return_inverse=True)  # pairs mostly share their rounds
+    weight = np.bincount(at, weights=m)
 
     def gap(rho2: float) -> float:
-        return float((m * _mean_r2(rho2, m)).sum()) - seen
+        return float((weight * _mean_r2(rho2, ms)).sum()) - seen
 
     top = 1.0 - 1e-9
     if gap(0.0) >= 0:
