@@ -36,12 +36,12 @@ def power(campaigns: int, rounds: int, seed: int) -> float:
                             sim.h200(decode=(("128K", 0.02),)), rounds)
 
 
-def aa(campaigns: int, seed: int, noise: sim.Noise, rounds: int) -> float:
+def aa(campaigns: int, seed: int, noise: sim.Noise, rounds: int, arms: int = 2) -> float:
     """Share of A/A H200-shaped tables (exact memory rows the only change) with any false
     "changed", shown or not."""
+    key = ("aa-extra", noise, rounds) + ((arms,) if arms > 2 else ())
     with sim.fast_paths():
-        got = sim.aa_tables(campaigns, sim.rng_for(seed, "aa-extra", noise, rounds), noise,
-                            rounds)
+        got = sim.aa_tables(campaigns, sim.rng_for(seed, *key), noise, rounds, arms)
     return sim.share([sim.false_changed(c) for c in got])
 
 
@@ -93,6 +93,9 @@ def main() -> None:
                     help="aa: the noise models (default: 2%%, 3%%, bimodal 9%%)")
     ap.add_argument("--at", type=int, nargs="+", default=[2, 3, 4, 6],
                     help="aa: the rounds (default: 2 3 4 6)")
+    ap.add_argument("--arms", type=int, default=2,
+                    help="aa: arms in the table, the baseline included (default 2; the "
+                    "H200 seed run had 3)")
     ap.add_argument("--seed", type=int, default=None,
                     help="default: 20261201 for power and rounds (simulate.py's), 7 for aa")
     args = ap.parse_args()
@@ -114,7 +117,7 @@ def main() -> None:
             if noise.short not in args.noise:
                 continue
             for n in args.at:
-                p = aa(args.campaigns, args.seed or 7, noise, n)
+                p = aa(args.campaigns, args.seed or 7, noise, n, args.arms)
                 print(f"| {noise.short} | {n} | {p * 100:.1f}% | {se(p):.1f} | "
                       f"{args.campaigns} |", flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")

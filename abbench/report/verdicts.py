@@ -90,13 +90,16 @@ def legend_lines(table: Table) -> list[str]:
     bands = sorted({c.noise_band for c in comps})
     band_s = "/".join(f"±{b * 100:g}%" for b in bands)
     level = f"{(1 - 2 * alpha) * 100:g}%"
+    two = any(c.n == 2 and not c.exact and c.kind != "counted" for c in comps)
+    half = (f" ({alpha * 50:g}% for a timed cell of 2 rounds: two server lives an arm "
+            "cannot tell a change from lives that sit on two levels)") if two else ""
     return [
         "Cells: each round's value (a / b), their range (min-max) or the one value every "
         f"round gave; (±x% [lo, hi]) is the change against the baseline with its {level} "
         f"interval. ▲ better / ▼ worse: changed (beyond {band_s}: a one-sided test at the "
         "band's edge, its sd moderated towards those of the like cells (one metric, one "
         "family, three cells or more) as far as their rounds' correlation allows, "
-        f"p < {alpha * 100:g}% after Benjamini-Hochberg within each family of "
+        f"p < {alpha * 100:g}%{half} after Benjamini-Hochberg within each family of "
         "cells: the table's timed cells, and its counts (quality passes, goodput, tested "
         "as counts), split alpha 9 to 1 when both are there; in a family of 5 or more, "
         f"over the cells whose p is at most {SELECT:g}, at p / {SELECT:g}; the rows not "

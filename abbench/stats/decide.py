@@ -16,7 +16,8 @@ than noise would make them at 5%, not from one cell alone, or one of them change
 :attr:`abbench.stats.families.Pool.spread`), which pulls an estimate that is mostly
 noise back towards 0. The sd the N rounds will show is the pool of today's rounds and
 sigma. A cell is decided at N when its estimate clears the band by the t half-width at
-the family's adjusted level ("changed"; one-sided at ``alpha_changed``) or its 1 - 2
+the family's adjusted level ("changed"; one-sided at ``alpha_changed``, times
+:func:`level_share` at 2 rounds) or its 1 - 2
 alpha interval lies inside the band ("within noise"). The rounds are the smallest N
 where the chance of either reaches ``prob`` (80% by default).
 
@@ -40,9 +41,21 @@ PROB = 0.8
 SD_POINTS = 32
 #: no answer beyond this many rounds in all
 MAX_N = 10000
+#: the share of its level a timed cell is tested at, by its rounds (:func:`level_share`)
+FEW_ROUNDS_SHARE = {2: 0.5}
 #: the stratified draws of (mean, sd) at n rounds that say how likely a cell is to be
 #: still undecided there, for each sd drawn (:func:`_undecided`)
 SELECT_POINTS = 512
+
+
+def level_share(n: int) -> float:
+    """The share of its level a timed cell of ``n`` rounds is tested at: half at 2
+    rounds, all from 3. Two rounds are two server lives of each arm; where lives sit on
+    two levels (docs/noise.md measures 9% apart on the H200), the baseline's two on one
+    level and the arm's two on the other read as a change in every round, which no test
+    can tell from a real one: with 1 in 8 such arm pairs, the whole level would let A/A
+    tables say "changed" in about 6% (docs/simulation.md §3)."""
+    return FEW_ROUNDS_SHARE.get(n, 1.0)
 
 
 @functools.lru_cache(maxsize=256)
@@ -92,7 +105,7 @@ def _undecided(sigma: np.ndarray, theta: np.ndarray, n: int, df: int, lo: float,
     z, _v = _select_draws()
     m = theta + sigma / math.sqrt(n) * z[None, :]
     se = sigma * _sd_ratio(df) / math.sqrt(n)
-    h_c = sc.stdtrit(df, 1 - alpha_changed) * se
+    h_c = sc.stdtrit(df, 1 - alpha_changed * level_share(n)) * se
     h_w = sc.stdtrit(df, 1 - alpha_within) * se
     decided = (m - hi > h_c) | (lo - m > h_c) | ((lo < m - h_w) & (m + h_w < hi))
     return np.asarray(1.0 - decided.mean(axis=1, keepdims=True))

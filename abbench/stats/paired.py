@@ -9,6 +9,7 @@ within the round). The change is exp(mean d) - 1 with its paired t interval at
 
 - ``changed``: the p of "beyond the band" (the chance, were the effect at the
   band's edge, of an estimate at least this far out on either side) is below alpha
+  (half of it at 2 rounds: :func:`~.decide.level_share`)
   and survives Benjamini-Hochberg over the table's cells; the interval then lies
   wholly outside the noise band;
 - ``within_noise``: the whole interval lies inside the band (two one-sided tests
@@ -34,7 +35,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as sps
 
-from abbench.stats.decide import bimodal_gap
+from abbench.stats.decide import bimodal_gap, level_share
 from abbench.stats.kinds import Kind
 
 Verdict = Literal["changed", "within_noise", "inconclusive", "too_few_rounds"]
@@ -427,6 +428,8 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
         p_band = p_beyond_band_se(t.mean, t.sd / math.sqrt(n), pooled[1], hi_edge, lo_edge)
     else:
         p_band = p_beyond_band(t.mean, t.sd, n, hi_edge, lo_edge)
+    if not exact and not agree:  # at 2 rounds, tested at half the level (level_share)
+        p_band = min(1.0, p_band / level_share(n))
     test = ("exact (every round the same log-ratio)" if exact else
             "sign test (every round the same log-ratio of a sampled metric)" if agree else
             "paired t on log-ratios")

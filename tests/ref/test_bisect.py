@@ -68,12 +68,13 @@ def test_bisect_row_is_a_label_and_an_unknown_one_is_refused_before_any_build(
 def test_a_step_reads_its_verdict_as_its_report_decides_it(tmp_path: Path) -> None:
     """A step's verdict is the step report's own, among the cells its table compares, not
     one re-decided with every hidden row of the run in the family: here good's two rounds
-    spread 6%, the report shows bad's -74% as changed (2 cells: p 0.031), and the ten
-    cells of every row would read it inconclusive (p 0.078)."""
-    extra = {m: {a: [100.0, 100.0] if a == "good" else [100.0, 130.0]
+    spread 4%, the report shows bad's -74% as changed (2 cells: p 0.037, two rounds
+    tested at half the level), and the ten cells of every row would read it
+    inconclusive (p 0.094)."""
+    extra = {m: {a: [100.0, 100.0] if a == "good" else [105.0, 112.0]
                  for a in ("good", "mid", "bad")}
              for m in ("prefill_tok_s", "server_prefill_tok_s", "startup_s", "first_ttft_ms")}
-    run = make_run(tmp_path, 0, {"good": [400.0, 375.0], "mid": [401.0, 376.0],
+    run = make_run(tmp_path, 0, {"good": [400.0, 385.0], "mid": [401.0, 386.0],
                                  "bad": [100.0, 100.2]}, extra=extra)
     key = next(r.key for r in run_table(run).rows if r.key.metric == "decode_tok_s")
     all_rows = next(r for r in run_table(run, rows="all").rows if r.key == key)

@@ -20,7 +20,7 @@ from abbench.report.formats import render_json
 from abbench.report.markdown import render_markdown
 from abbench.report.noise_floor import band_yaml, noise_floor, render_calibration
 from abbench.report.table import table_of
-from abbench.report.verdicts import more_rounds, render_comparison
+from abbench.report.verdicts import legend_lines, more_rounds, render_comparison
 from abbench.stats import families
 from abbench.stats import paired as stats
 from abbench.stats.paired import compare
@@ -283,6 +283,38 @@ def test_two_rounds_decide_and_one_round_says_so_in_the_cell() -> None:
     verdicts = {a: c["verdict"] for r in data["rows"] if r["metric"] == "decode_tok_s"
                 for a, c in r["cells"].items() if a != "base"}
     assert verdicts == {"pr": "changed", "same": "too_few_rounds"}
+
+
+def test_two_rounds_are_tested_at_half_the_level() -> None:
+    """At 2 rounds a timed cell's p of "beyond the band" is doubled (server lives on two
+    levels read as a change in every round: docs/statistics.md); from 3 it is the
+    t test's own, and a metric that does not vary still decides at 2 rounds."""
+    from abbench.stats.decide import level_share
+    from abbench.stats.paired import band_edges, p_beyond_band
+
+    assert level_share(2) == 0.5 and level_share(3) == level_share(12) == 1.0
+    lo, hi = band_edges(0.01)
+    for d, n in (([0.10, 0.12], 2), ([0.10, 0.12, 0.11], 3), ([0.02, 0.05], 2)):
+        b, a = _pair(np.array(d))
+        c = compare(b, a)
+        assert c is not None
+        x = np.log([a[r] / b[r] for r in sorted(b)])
+        raw = p_beyond_band(float(x.mean()), float(x.std(ddof=1)), n, hi, lo)
+        assert c.p == pytest.approx(min(1.0, raw / level_share(n)))
+    # +11% with the two rounds 1.5% apart: p 0.045 in the t test, 0.089 doubled
+    b, a = _pair(np.array([0.10, 0.115]))
+    c = compare(b, a)
+    assert c is not None and 0.025 < c.p / 2 < 0.05 and c.verdict == "inconclusive"
+    b, a = _pair(np.array([0.10, 0.115, 0.1075]))
+    c = compare(b, a)
+    assert c is not None and c.verdict == "changed"
+    mem = compare({0: 100.0, 1: 100.0}, {0: 60.0, 1: 60.0}, kind="deterministic")
+    assert mem is not None and mem.exact and mem.verdict == "changed"
+    effects = {"base": 0.0, "pr": 0.05, "same": 0.0}
+    two = "\n".join(legend_lines(table_of(parse_records(lives(_records(effects, 2))), META)))
+    assert "2.5% for a timed cell of 2 rounds" in two
+    three = "\n".join(legend_lines(table_of(parse_records(lives(_records(effects, 3))), META)))
+    assert "of 2 rounds" not in three
 
 
 def test_settings_come_from_the_run_meta() -> None:
@@ -558,7 +590,7 @@ def test_like_cells_show_a_spread_of_effects_only_beyond_chance() -> None:
     # at 2 rounds the pool knows one cell's noise: no test shows a spread there. Where a
     # like cell changed, the effects spread, and how far the others' do is what they show
     # beyond their noise, not the change (adjust hands them to Pool.beside)
-    pairs = [_pair(np.array(x)) for x in ([0.10, 0.11], [-0.10, -0.18], [0.01, -0.012],
+    pairs = [_pair(np.array(x)) for x in ([0.10, 0.104], [-0.10, -0.18], [0.01, -0.012],
                                           [-0.005, 0.008])]
     got = [compare(b, a) for b, a in pairs]
     assert all(g is not None for g in got)
