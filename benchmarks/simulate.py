@@ -844,8 +844,8 @@ def study_tables_aa(campaigns: Callable[[int], int], seed: int
 def aa_tables(campaigns: int, rng: np.random.Generator, noise: Noise, n: int,
               arms: int = 2) -> list[Cells]:
     """The cells of ``campaigns`` H200-shaped A/A tables (the exact memory rows the only
-    change) at ``n`` rounds; ``arms``: 3 adds a second arm as the first (the H200 seed
-    run's three), an A/A in every row, memory included."""
+    change) at ``n`` rounds; ``arms`` past 2 adds arms beside the first, each an A/A
+    in every row, memory included (the H200 seed run had three)."""
     layout = h200()
     if arms > 2:
         layout = replace(layout, arms=(*layout.arms, *(f"pr{i}" for i in range(2, arms))))

@@ -190,9 +190,9 @@ def effective_df(ratios: Sequence[Mapping[int, float]]) -> float | None:
                 continue
             a, b = xi[ia] - xi[ia].mean(), xj[ja] - xj[ja].mean()
             den = float(np.sqrt((a * a).sum() * (b * b).sum()))
-            r2 = 1.0 if den == 0 else min(1.0, (float((a * b).sum()) / den) ** 2)
-            if math.isfinite(r2):
-                pairs.append((both.size - 1, r2))
+            r2 = 1.0 if den == 0 else (float((a * b).sum()) / den) ** 2
+            if math.isfinite(r2):  # min(1.0, nan) would be 1.0: a pair of no figure
+                pairs.append((both.size - 1, min(1.0, r2)))
     two = sum(m for m, _r2 in pairs if m < 2)  # r^2 is 1 there: kept
     rest = [(m, r2) for m, r2 in pairs if m >= 2]
     acc = total + 2 * two + 2 * sum(m for m, _r2 in rest) * _rho2(rest)

@@ -23,6 +23,7 @@ from abbench.report.table import table_of
 from abbench.report.verdicts import legend_lines, more_rounds, render_comparison
 from abbench.stats import families
 from abbench.stats import paired as stats
+from abbench.stats.decide import level_share
 from abbench.stats.paired import compare
 from abbench.stats.stopping import block_size, planned_looks, stop_reason
 from tests.recordkit import lives
@@ -289,17 +290,14 @@ def test_two_rounds_are_tested_at_half_the_level() -> None:
     """At 2 rounds a timed cell's p of "beyond the band" is doubled (server lives on two
     levels read as a change in every round: docs/statistics.md); from 3 it is the
     t test's own, and a metric that does not vary still decides at 2 rounds."""
-    from abbench.stats.decide import level_share
-    from abbench.stats.paired import band_edges, p_beyond_band
-
     assert level_share(2) == 0.5 and level_share(3) == level_share(12) == 1.0
-    lo, hi = band_edges(0.01)
+    lo, hi = stats.band_edges(0.01)
     for d, n in (([0.10, 0.12], 2), ([0.10, 0.12, 0.11], 3), ([0.02, 0.05], 2)):
         b, a = _pair(np.array(d))
         c = compare(b, a)
         assert c is not None
         x = np.log([a[r] / b[r] for r in sorted(b)])
-        raw = p_beyond_band(float(x.mean()), float(x.std(ddof=1)), n, hi, lo)
+        raw = stats.p_beyond_band(float(x.mean()), float(x.std(ddof=1)), n, hi, lo)
         assert c.p == pytest.approx(min(1.0, raw / level_share(n)))
     # +11% with the two rounds 1.5% apart: p 0.045 in the t test, 0.089 doubled
     b, a = _pair(np.array([0.10, 0.115]))
