@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from abbench.stats import families
+from abbench.stats.decide import LIVES_BELOW, LIVES_FROM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import simulate as sim
@@ -36,13 +37,17 @@ def power(campaigns: int, rounds: int, seed: int) -> float:
                             sim.h200(decode=(("128K", 0.02),)), rounds)
 
 
-def aa(campaigns: int, seed: int, noise: sim.Noise, rounds: int, arms: int = 2) -> float:
-    """Share of A/A H200-shaped tables (exact memory rows the only change) with any false
-    "changed", shown or not."""
+def aa(campaigns: int, seed: int, noise: sim.Noise, rounds: int, arms: int = 2
+       ) -> tuple[float, float]:
+    """Shares of A/A H200-shaped tables (exact memory rows the only change) with any
+    false "changed", shown or not, and with cells tested as of server lives on two levels
+    (below 6 rounds only the table's lives set ``bimodal``: cells.table_lives)."""
     key = ("aa-extra", noise, rounds) + ((arms,) if arms > 2 else ())
     with sim.fast_paths():
         got = sim.aa_tables(campaigns, sim.rng_for(seed, *key), noise, rounds, arms)
-    return sim.share([sim.false_changed(c) for c in got])
+    return (sim.share([sim.false_changed(c) for c in got]),
+            sim.share([LIVES_FROM <= rounds < LIVES_BELOW
+                       and any(c.bimodal is not None for _r, _a, c in t) for t in got]))
 
 
 def pool_counts(campaigns: int, seed: int) -> list[str]:
@@ -112,14 +117,15 @@ def main() -> None:
         print("\nBy the cells' metric: share decided at n + k (cells).\n")
         print("\n".join(sim.render_rounds_by_metric(got)))
     else:
-        print("| noise | rounds | false \"changed\" | se | campaigns |\n|---|---|---|---|---|")
+        print("| noise | rounds | false \"changed\" | se | lives read as two levels | "
+              "campaigns |\n|---|---|---|---|---|---|")
         for noise in sim.TABLE_NOISES:
             if noise.short not in args.noise:
                 continue
             for n in args.at:
-                p = aa(args.campaigns, args.seed or 7, noise, n, args.arms)
+                p, two = aa(args.campaigns, args.seed or 7, noise, n, args.arms)
                 print(f"| {noise.short} | {n} | {p * 100:.1f}% | {se(p):.1f} | "
-                      f"{args.campaigns} |", flush=True)
+                      f"{two * 100:.1f}% | {args.campaigns} |", flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")
 
 

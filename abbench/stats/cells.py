@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from abbench.stats.blocks import compare_blocks
 from abbench.stats.counts import compare_counts
+from abbench.stats.decide import LIVES_BELOW, LIVES_FROM, lives_gap
 from abbench.stats.families import adjust, family_pools
 from abbench.stats.kinds import family, kind
 from abbench.stats.paired import Comparison, compare
@@ -51,9 +52,11 @@ def compare_cells(cells: Sequence[CellInput]) -> list[Comparison | None]:
     its sd moderated towards those of its family's cells of its metric (Smyth's
     moderated t: :meth:`abbench.stats.families.Pool.moderate`, with the pool's effective
     degrees of freedom from the cells' correlation over the rounds) where that knows
-    more than its own rounds and the pool has :data:`MODERATE_FROM` cells; then the
-    families' multiplicity (:func:`abbench.stats.families.adjust`). None for a cell with
-    nothing to compare."""
+    more than its own rounds and the pool has :data:`MODERATE_FROM` cells, and from 3
+    rounds to :data:`~abbench.stats.decide.LIVES_BELOW` with at least the two-level sd
+    where the table's server lives sit at two levels (:func:`table_lives`,
+    :func:`~abbench.stats.decide.lives_gap`); then the families' multiplicity
+    (:func:`abbench.stats.families.adjust`). None for a cell with nothing to compare."""
     first = [compare_cell(c.metric, c.base, c.arm, direction=c.direction, alpha=c.alpha,
                           noise_band=c.noise_band, base_name=c.base_name,
                           arm_name=c.arm_name, hosts=c.hosts, totals=c.totals)
@@ -65,19 +68,47 @@ def compare_cells(cells: Sequence[CellInput]) -> list[Comparison | None]:
     fams = [family(cells[k].metric, cells[k].shown) for k in idx]
     mets = [cells[k].metric for k in idx]
     pools = family_pools(comps, fams, mets, [cells[k].ratios() for k in idx])
+    gaps = {key: lives_gap(table_lives([cells[k] for j, k in enumerate(idx)
+                                        if (fams[j], mets[j]) == key and not cells[k].hosts
+                                        and comps[j].kind == "sampled"]))
+            for key in pools}
     for j, (k, c) in enumerate(zip(idx, comps, strict=True)):
-        ci, pool = cells[k], pools[fams[j], mets[j]]
-        if pool is None or pool.cells < MODERATE_FROM or ci.hosts or c.kind != "sampled" \
-                or c.exact or c.sd_log is None or c.sd_log <= 0 or c.n < 2:
+        ci, pool, gap = cells[k], pools[fams[j], mets[j]], gaps[fams[j], mets[j]]
+        if ci.hosts or c.kind != "sampled" or c.exact or c.sd_log is None or c.n < 2:
             continue
-        sd, df = pool.moderate(c.sd_log, c.n - 1)
-        if df > c.n - 1 + 1e-9:
+        pooled = None
+        if pool is not None and pool.cells >= MODERATE_FROM and c.sd_log > 0:
+            sd, df = pool.moderate(c.sd_log, c.n - 1)
+            pooled = (sd, df) if df > c.n - 1 + 1e-9 else None
+        if pooled is not None or (gap is not None and LIVES_FROM <= c.n < LIVES_BELOW):
             comps[j] = compare(ci.base, ci.arm, direction=ci.direction, alpha=ci.alpha,
                                noise_band=ci.noise_band, base_name=ci.base_name,
-                               arm_name=ci.arm_name, kind=c.kind, pooled=(sd, df)) or c
+                               arm_name=ci.arm_name, kind=c.kind, pooled=pooled,
+                               lives=gap) or c
     out = list(first)
     for k, c in zip(idx, adjust(comps, fams, mets, pools), strict=True):
         out[k] = c
+    return out
+
+
+def table_lives(cells: Sequence[CellInput]) -> dict[tuple[str, int], float]:
+    """Each server life's level over the rows of ``cells`` (one metric's): (arm, round)
+    -> the mean over the rows of ln(value) less that row's mean over the lives every row
+    has. The baseline's rounds name a row (its cells of each arm share them)."""
+    rows: dict[tuple[tuple[int, float], ...], dict[tuple[str, int], float]] = {}
+    for c in cells:
+        row = rows.setdefault(tuple(sorted(c.base.items())), {})
+        for name, vals in ((c.base_name, c.base), (c.arm_name, c.arm)):
+            row.update({(name, r): math.log(v) for r, v in vals.items()
+                        if v > 0 and math.isfinite(v)})
+    if not rows:
+        return {}
+    common = set.intersection(*(set(u) for u in rows.values()))
+    out = dict.fromkeys(common, 0.0)
+    for row in rows.values():
+        mid = math.fsum(row[u] for u in common) / max(len(common), 1)
+        for u in common:
+            out[u] += (row[u] - mid) / len(rows)
     return out
 
 

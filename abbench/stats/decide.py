@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -165,12 +166,12 @@ def rounds_to_decide(mean: float, sd: float, n: int, lo: float, hi: float, *,
     return int(gap[np.argmax(decide_probability(mean, sd, n, lo, hi, gap, **how) >= prob)])
 
 
-def bimodal_gap(values: np.ndarray, *, ratio: float = 4.0, floor: float = 0.01
-                ) -> tuple[float, float] | None:
-    """(gap, share above) when an arm's log-values sit at two levels: the widest gap
-    between sorted values, with at least two on each side, is over ``ratio`` times the
-    pooled sd within the two groups and over ``floor``; None below 6 values or
-    otherwise."""
+def two_levels(values: np.ndarray, *, ratio: float = 4.0, floor: float = 0.01
+               ) -> tuple[float, float, float] | None:
+    """(gap, share above, cut) when ``values`` (log scale) sit at two levels: the widest
+    gap between sorted values, with at least two on each side, is over ``ratio`` times
+    the pooled sd within the two groups and over ``floor``; ``cut`` lies in that gap.
+    None below 6 values or otherwise."""
     x = np.sort(np.asarray(values, dtype=float))
     if x.size < 6 or not np.all(np.isfinite(x)):
         return None
@@ -179,7 +180,47 @@ def bimodal_gap(values: np.ndarray, *, ratio: float = 4.0, floor: float = 0.01
     low, high = x[:k], x[k:]
     within = math.sqrt((low.var(ddof=1) * (low.size - 1) + high.var(ddof=1) * (high.size - 1))
                        / (x.size - 2))
-    gap = float(high.mean() - low.mean())
     if x[k] - x[k - 1] <= max(ratio * within, floor):
         return None
-    return gap, high.size / x.size
+    return float(high.mean() - low.mean()), high.size / x.size, float(x[k - 1] + x[k]) / 2
+
+
+def bimodal_gap(values: np.ndarray, *, ratio: float = 4.0, floor: float = 0.01
+                ) -> tuple[float, float] | None:
+    """(gap, share above) when an arm's log-values sit at two levels (:func:`two_levels`)."""
+    got = two_levels(values, ratio=ratio, floor=floor)
+    return None if got is None else got[:2]
+
+
+#: below this many rounds an arm's own values cannot show two levels (:func:`bimodal_gap`
+#: needs 6); the table's server lives, every arm's, are looked at instead
+#: (:func:`lives_gap`)
+LIVES_BELOW = 6
+
+
+#: the table's lives are read from this many rounds: two lives an arm are too few (under
+#: normal noise 6-7% of 3-arm tables of 2 rounds read two levels; 2 rounds are tested
+#: at half the level instead, :func:`level_share`)
+LIVES_FROM = 3
+#: a gap between a table's lives must be this many times the sd within the two levels:
+#: stricter than an arm's own rounds' 4, since a table has several metrics, each a
+#: chance of a false two levels (docs/simulation.md, the eleventh pass)
+LIVES_RATIO = 6.0
+
+
+def lives_gap(lives: Mapping[tuple[str, int], float]) -> float | None:
+    """The gap between two levels of a table's server lives where one arm has lives on
+    both: ``lives``, (arm, round) -> the life's level (log scale: the mean over a
+    metric's rows of each row's value less that row's mean over all lives). An arm
+    whose lives sit on both sides of a wide gap, the others' on one side or the other,
+    is the machine's noise, not a build's change (which moves all of an arm's lives);
+    a change moves an arm's lives together, and no arm straddles. None otherwise."""
+    keys = list(lives)
+    got = two_levels(np.array([lives[k] for k in keys]), ratio=LIVES_RATIO)
+    if got is None:
+        return None
+    gap, _share, cut = got
+    sides: dict[str, set[bool]] = {}
+    for (arm, _r) in keys:
+        sides.setdefault(arm, set()).add(lives[arm, _r] > cut)
+    return gap if any(len(s) == 2 for s in sides.values()) else None

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as sps
 
-from abbench.stats.decide import bimodal_gap, level_share
+from abbench.stats.decide import LIVES_BELOW, LIVES_FROM, bimodal_gap, level_share
 from abbench.stats.kinds import Kind
 
 Verdict = Literal["changed", "within_noise", "inconclusive", "too_few_rounds"]
@@ -362,7 +362,8 @@ def _frac(x: float) -> float:
 def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: str = "higher",
             alpha: float = 0.05, noise_band: float = 0.01, base_name: str = "baseline",
             arm_name: str = "arm", kind: Kind = "sampled",
-            pooled: tuple[float, float] | None = None) -> Comparison | None:
+            pooled: tuple[float, float] | None = None,
+            lives: float | None = None) -> Comparison | None:
     """The paired comparison of one cell, before the table's multiplicity adjustment
     (:func:`~.families.adjust`, which :func:`abbench.report.table.compare_rows` applies).
 
@@ -380,7 +381,13 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     stays inconclusive (with a warning); where both clear it, an outlier never vetoes
     the verdict. ``pooled``: the sd and degrees of freedom to test with in place of the
     rounds' own (:func:`abbench.stats.cells.compare_cells` gives the cell's sd
-    moderated towards its family's); ignored where the rounds agree.
+    moderated towards its family's); ignored where the rounds agree. ``lives``: the gap
+    (log scale) between two levels the table's server lives sit at
+    (:func:`~.decide.lives_gap`); from :data:`~.decide.LIVES_FROM` rounds and below
+    :data:`~.decide.LIVES_BELOW` the cell is then tested with at least the two-level
+    model's sd, gap / sqrt(2), on its own n - 1 degrees of freedom: a few rounds of one
+    arm can all land on one level and the baseline's on the other, a change in every
+    round that no spread of the rounds shows.
     """
     rounds, d = log_ratios(base, arm) if base and arm else ([], np.array([]))
     warnings: list[str] = []
@@ -412,6 +419,11 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     exact = kind == "deterministic" and agree_all
     agree = agree_all and not exact
     pooled = None if exact or agree or n < 2 else pooled
+    lived = lives if not exact and not agree and LIVES_FROM <= n < LIVES_BELOW else None
+    two_level = lived is not None and lived / math.sqrt(2.0) > (
+        pooled[0] if pooled is not None else float(np.std(d, ddof=1)))
+    if lived is not None and two_level:
+        pooled = (lived / math.sqrt(2.0), float(n - 1))
     if exact:
         m0 = float(d[0])
         t = TResult(m0, 0.0, m0, m0, 1.0 if m0 == 0 else 0.0)
@@ -433,7 +445,10 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     test = ("exact (every round the same log-ratio)" if exact else
             "sign test (every round the same log-ratio of a sampled metric)" if agree else
             "paired t on log-ratios")
-    if pooled is not None:
+    if lived is not None and pooled is not None and two_level:
+        test += (f" (sd {pooled[0] * 100:.2f}% of server lives at two levels "
+                 f"{_frac(lived) * 100:.1f}% apart, {n - 1} df)")
+    elif pooled is not None:
         test += f" (sd {pooled[0] * 100:.2f}% moderated by like cells, {pooled[1]:.1f} df)"
     if n < 2:
         verdict: Verdict = "too_few_rounds"
@@ -461,6 +476,8 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     half = (t.hi - t.lo) / 2 if math.isfinite(t.hi) else math.inf
     own = 0.0 if exact or agree else float(np.std(d, ddof=1)) if n > 1 else math.nan
     bimodal = None if exact else _bimodal(list(logs.values()))
+    if lived is not None:
+        bimodal = max(bimodal or 0.0, lived)
     c = Comparison(
         n=n, verdict=verdict, change=change, lo=_frac(t.lo), hi=_frac(t.hi), half_width=half,
         p=p_band, p_raw=p_band, test=test, alpha=alpha, noise_band=noise_band,
@@ -469,7 +486,7 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
         t_hi=_frac(t.hi), wilcoxon_p=None if exact else w.p, hl=_frac(w.hl),
         hl_lo=_frac(w.lo), hl_hi=_frac(w.hi), exact=exact, rounds_needed=None,
         comparisons=1, outliers=outl, cv=cvs, drift=drifts, warnings=tuple(warnings),
-        kind=kind, bimodal=bimodal, moderated=pooled)
+        kind=kind, bimodal=bimodal, moderated=None if two_level else pooled)
     return c
 
 

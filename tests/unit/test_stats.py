@@ -690,3 +690,64 @@ def test_a_cell_is_tested_with_the_sd_its_like_cells_share() -> None:
     assert "moderated by like cells" in quiet.test
     assert all(c is not None and c.moderated is None for c in compare_cells(cells(2, 6)))
     assert all(c is not None and c.moderated is None for c in compare_cells(cells(12, 2)))
+
+
+def test_server_lives_on_two_levels_seen_across_the_table() -> None:
+    """Three arms at 3 rounds, three decode rows sharing each server life. Lives on two
+    levels 9% apart, the baseline's three on the low one and the PR's three on the high
+    one: a change in every round, which the other arm, with lives on both levels, shows
+    to be the machine's. Tested with the two-level sd the PR's cells are not "changed";
+    where the other arm's lives all sit low too (nothing shows two levels of one
+    build), or the change is -45%, they are."""
+    from abbench.stats.cells import CellInput, compare_cells, table_lives
+    from abbench.stats.decide import lives_gap
+
+    rng = np.random.default_rng(5)
+    gap = math.log(1.09)
+
+    def table(levels: dict[str, list[int]], effect: float = 0.0) -> list[CellInput]:
+        out = []
+        for level in (300.0, 250.0, 200.0):
+            vals = {arm: {r: level * math.exp(gap * lv + (effect if arm == "pr" else 0.0)
+                                              + rng.normal(0, 0.004))
+                          for r, lv in enumerate(lvs)} for arm, lvs in levels.items()}
+            out += [CellInput("decode_tok_s", vals["base"], vals[arm], direction="higher",
+                              alpha=0.05, noise_band=0.01, base_name="base", arm_name=arm)
+                    for arm in ("pr", "other")]
+        return out
+
+    machine = {"base": [0, 0, 0], "pr": [1, 1, 1], "other": [1, 0, 0]}
+    cells = table(machine)
+    seen = lives_gap(table_lives(cells))
+    assert seen is not None and abs(seen - gap) < 0.01
+    got = compare_cells(cells)
+    pr = [c for c, ci in zip(got, cells, strict=True) if ci.arm_name == "pr"]
+    assert all(c is not None and c.verdict != "changed" and c.bimodal is not None
+               and "two levels" in c.test and c.moderated is None for c in pr), pr
+    assert pr[0] is not None and "bimodal noise" in more_rounds(pr[0])
+    # without the other arm's evidence the same rounds are a change (no test can tell)
+    change = table({"base": [0, 0, 0], "pr": [1, 1, 1], "other": [0, 0, 0]})
+    assert lives_gap(table_lives(change)) is None
+    got = compare_cells(change)
+    assert all(c is not None and c.verdict == "changed" for c, ci in zip(got, change, strict=True)
+               if ci.arm_name == "pr")
+    # a change far beyond the lives' gap is decided on a two-level machine
+    big = table(machine, effect=math.log(0.55))
+    got = compare_cells(big)
+    assert all(c is not None and c.verdict == "changed" and not c.better
+               for c, ci in zip(got, big, strict=True) if ci.arm_name == "pr")
+    # normal noise on the lives shows no two levels
+    assert lives_gap({(a, r): float(rng.normal(0, 0.01)) for a in ("base", "pr", "other")
+                      for r in range(3)}) is None
+    # through a run's records: the legend says so
+    levels = {"base": [0, 0, 0], "pr": [1, 1, 1], "same": [1, 0, 0]}
+    recs = [{"type": "sample", "valid": True, "arm": arm, "round": r, "rep": 0,
+             "workload": w, "metrics": {
+                 "decode_tok_s": size * math.exp(gap * lvs[r] + rng.normal(0, 0.004))}}
+            for r in range(3) for arm, lvs in levels.items()
+            for w, size in (("decode 32K", 60.0), ("decode 64K", 50.0), ("decode 128K", 40.0))]
+    table = table_of(parse_records(lives(recs)), META, metrics=["decode_tok_s"])
+    legend = "\n".join(legend_lines(table))
+    assert "with at least the sd of server lives on two levels" in legend
+    assert not any(c.comparison.verdict == "changed" for row in table.rows
+                   for a, c in row.cells.items() if a != "base" and c.comparison)
