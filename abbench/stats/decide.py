@@ -206,6 +206,11 @@ LIVES_FROM = 3
 #: stricter than an arm's own rounds' 4, since a table has several metrics, each a
 #: chance of a false two levels (docs/simulation.md, the eleventh pass)
 LIVES_RATIO = 6.0
+#: the fewest lives a table's two levels are read from: with 6 or 8 (one arm against the
+#: baseline at 3 or 4 rounds) normal noise reads two levels in 5-9% and 2-3% of
+#: H200-shaped tables, and such a table gains nothing: its pattern (the baseline's
+#: lives on one level, the arm's on the other) has no third arm to show it
+LIVES_MIN = 9
 
 
 def lives_gap(lives: Mapping[tuple[str, int], float]) -> float | None:
@@ -214,8 +219,11 @@ def lives_gap(lives: Mapping[tuple[str, int], float]) -> float | None:
     metric's rows of each row's value less that row's mean over all lives). An arm
     whose lives sit on both sides of a wide gap, the others' on one side or the other,
     is the machine's noise, not a build's change (which moves all of an arm's lives);
-    a change moves an arm's lives together, and no arm straddles. None otherwise."""
+    a change moves an arm's lives together, and no arm straddles. None otherwise, and
+    below :data:`LIVES_MIN` lives."""
     keys = list(lives)
+    if len(keys) < LIVES_MIN:
+        return None
     got = two_levels(np.array([lives[k] for k in keys]), ratio=LIVES_RATIO)
     if got is None:
         return None
