@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from abbench.stats import families
-from abbench.stats.decide import LIVES_BELOW, LIVES_FROM
+from abbench.stats.decide import reads_lives
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import simulate as sim
@@ -46,8 +46,8 @@ def aa(campaigns: int, seed: int, noise: sim.Noise, rounds: int, arms: int = 2
     with sim.fast_paths():
         got = sim.aa_tables(campaigns, sim.rng_for(seed, *key), noise, rounds, arms)
     return (sim.share([sim.false_changed(c) for c in got]),
-            sim.share([LIVES_FROM <= rounds < LIVES_BELOW
-                       and any(c.bimodal is not None for _r, _a, c in t) for t in got]))
+            sim.share([reads_lives(rounds) and any(c.bimodal is not None for _r, _a, c in t)
+                       for t in got]))
 
 
 def pool_counts(campaigns: int, seed: int) -> list[str]:

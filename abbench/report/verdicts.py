@@ -9,7 +9,7 @@ from abbench.model.rows import SERVER_ROW
 from abbench.report.tablemodel import Table
 from abbench.report.text import md_escape
 from abbench.stats.blocks import BlockComparison
-from abbench.stats.decide import LIVES_BELOW, LIVES_FROM, PROB
+from abbench.stats.decide import LIVES_BELOW, LIVES_FROM, PROB, reads_lives
 from abbench.stats.families import SELECT
 from abbench.stats.kinds import MIRRORS
 from abbench.stats.paired import Comparison
@@ -93,7 +93,7 @@ def legend_lines(table: Table) -> list[str]:
     two = any(c.n == 2 and not c.exact and c.kind != "counted" for c in comps)
     half = (f" ({alpha * 50:g}% for a timed cell of 2 rounds: two server lives an arm "
             "cannot tell a change from lives that sit on two levels)") if two else ""
-    if any(c.bimodal is not None and LIVES_FROM <= c.n < LIVES_BELOW for c in comps):
+    if any(c.bimodal is not None and reads_lives(c.n) for c in comps):
         half += (f" (a timed cell of {LIVES_FROM} to {LIVES_BELOW - 1} rounds with at least "
                  "the sd of server lives on two levels, where the table's lives sit on two "
                  "and an arm has lives on both)")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from abbench.stats.blocks import compare_blocks
 from abbench.stats.counts import compare_counts
-from abbench.stats.decide import LIVES_BELOW, LIVES_FROM, lives_gap
+from abbench.stats.decide import lives_gap, reads_lives
 from abbench.stats.families import adjust, family_pools
 from abbench.stats.kinds import family, kind
 from abbench.stats.paired import Comparison, compare
@@ -52,8 +52,8 @@ def compare_cells(cells: Sequence[CellInput]) -> list[Comparison | None]:
     its sd moderated towards those of its family's cells of its metric (Smyth's
     moderated t: :meth:`abbench.stats.families.Pool.moderate`, with the pool's effective
     degrees of freedom from the cells' correlation over the rounds) where that knows
-    more than its own rounds and the pool has :data:`MODERATE_FROM` cells, and from 3
-    rounds to :data:`~abbench.stats.decide.LIVES_BELOW` with at least the two-level sd
+    more than its own rounds and the pool has :data:`MODERATE_FROM` cells, and at the
+    rounds :func:`~abbench.stats.decide.reads_lives` takes with at least the two-level sd
     where the table's server lives sit at two levels (:func:`table_lives`,
     :func:`~abbench.stats.decide.lives_gap`); then the families' multiplicity
     (:func:`abbench.stats.families.adjust`). None for a cell with nothing to compare."""
@@ -68,19 +68,21 @@ def compare_cells(cells: Sequence[CellInput]) -> list[Comparison | None]:
     fams = [family(cells[k].metric, cells[k].shown) for k in idx]
     mets = [cells[k].metric for k in idx]
     pools = family_pools(comps, fams, mets, [cells[k].ratios() for k in idx])
-    gaps = {key: lives_gap(table_lives([cells[k] for j, k in enumerate(idx)
-                                        if (fams[j], mets[j]) == key and not cells[k].hosts
-                                        and comps[j].kind == "sampled"]))
-            for key in pools}
+    timed: dict[tuple[str, str], list[int]] = {}
+    for j, k in enumerate(idx):
+        if comps[j].kind == "sampled" and not cells[k].hosts:
+            timed.setdefault((fams[j], mets[j]), []).append(j)
+    gaps = {key: lives_gap(table_lives([cells[idx[j]] for j in js]))
+            for key, js in timed.items() if any(reads_lives(comps[j].n) for j in js)}
     for j, (k, c) in enumerate(zip(idx, comps, strict=True)):
-        ci, pool, gap = cells[k], pools[fams[j], mets[j]], gaps[fams[j], mets[j]]
+        ci, pool, gap = cells[k], pools[fams[j], mets[j]], gaps.get((fams[j], mets[j]))
         if ci.hosts or c.kind != "sampled" or c.exact or c.sd_log is None or c.n < 2:
             continue
         pooled = None
         if pool is not None and pool.cells >= MODERATE_FROM and c.sd_log > 0:
             sd, df = pool.moderate(c.sd_log, c.n - 1)
             pooled = (sd, df) if df > c.n - 1 + 1e-9 else None
-        if pooled is not None or (gap is not None and LIVES_FROM <= c.n < LIVES_BELOW):
+        if pooled is not None or (gap is not None and reads_lives(c.n)):
             comps[j] = compare(ci.base, ci.arm, direction=ci.direction, alpha=ci.alpha,
                                noise_band=ci.noise_band, base_name=ci.base_name,
                                arm_name=ci.arm_name, kind=c.kind, pooled=pooled,

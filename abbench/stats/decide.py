@@ -196,8 +196,6 @@ def bimodal_gap(values: np.ndarray, *, ratio: float = 4.0, floor: float = 0.01
 #: needs 6); the table's server lives, every arm's, are looked at instead
 #: (:func:`lives_gap`)
 LIVES_BELOW = 6
-
-
 #: the table's lives are read from this many rounds: two lives an arm are too few (under
 #: normal noise 6-7% of 3-arm tables of 2 rounds read two levels; 2 rounds are tested
 #: at half the level instead, :func:`level_share`)
@@ -213,6 +211,12 @@ LIVES_RATIO = 6.0
 LIVES_MIN = 9
 
 
+def reads_lives(n: int) -> bool:
+    """Whether a timed cell of ``n`` rounds is tested against the table's lives
+    (:func:`lives_gap`): from :data:`LIVES_FROM` rounds, below :data:`LIVES_BELOW`."""
+    return LIVES_FROM <= n < LIVES_BELOW
+
+
 def lives_gap(lives: Mapping[tuple[str, int], float]) -> float | None:
     """The gap between two levels of a table's server lives where one arm has lives on
     both: ``lives``, (arm, round) -> the life's level (log scale: the mean over a
@@ -221,14 +225,13 @@ def lives_gap(lives: Mapping[tuple[str, int], float]) -> float | None:
     is the machine's noise, not a build's change (which moves all of an arm's lives);
     a change moves an arm's lives together, and no arm straddles. None otherwise, and
     below :data:`LIVES_MIN` lives."""
-    keys = list(lives)
-    if len(keys) < LIVES_MIN:
+    if len(lives) < LIVES_MIN:
         return None
-    got = two_levels(np.array([lives[k] for k in keys]), ratio=LIVES_RATIO)
+    got = two_levels(np.fromiter(lives.values(), dtype=float), ratio=LIVES_RATIO)
     if got is None:
         return None
     gap, _share, cut = got
     sides: dict[str, set[bool]] = {}
-    for (arm, _r) in keys:
-        sides.setdefault(arm, set()).add(lives[arm, _r] > cut)
+    for (arm, _r), level in lives.items():
+        sides.setdefault(arm, set()).add(level > cut)
     return gap if any(len(s) == 2 for s in sides.values()) else None

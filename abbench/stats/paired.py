@@ -35,7 +35,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as sps
 
-from abbench.stats.decide import LIVES_BELOW, LIVES_FROM, bimodal_gap, level_share
+from abbench.stats.decide import bimodal_gap, level_share, reads_lives
 from abbench.stats.kinds import Kind
 
 Verdict = Literal["changed", "within_noise", "inconclusive", "too_few_rounds"]
@@ -383,8 +383,8 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     rounds' own (:func:`abbench.stats.cells.compare_cells` gives the cell's sd
     moderated towards its family's); ignored where the rounds agree. ``lives``: the gap
     (log scale) between two levels the table's server lives sit at
-    (:func:`~.decide.lives_gap`); from :data:`~.decide.LIVES_FROM` rounds and below
-    :data:`~.decide.LIVES_BELOW` the cell is then tested with at least the two-level
+    (:func:`~.decide.lives_gap`); at the rounds :func:`~.decide.reads_lives` takes, the
+    cell is then tested with at least the two-level
     model's sd, gap / sqrt(2), on its own n - 1 degrees of freedom: a few rounds of one
     arm can all land on one level and the baseline's on the other, a change in every
     round that no spread of the rounds shows.
@@ -419,11 +419,12 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     exact = kind == "deterministic" and agree_all
     agree = agree_all and not exact
     pooled = None if exact or agree or n < 2 else pooled
-    lived = lives if not exact and not agree and LIVES_FROM <= n < LIVES_BELOW else None
-    two_level = lived is not None and lived / math.sqrt(2.0) > (
-        pooled[0] if pooled is not None else float(np.std(d, ddof=1)))
-    if lived is not None and two_level:
-        pooled = (lived / math.sqrt(2.0), float(n - 1))
+    lived = lives if not exact and not agree and reads_lives(n) else None
+    # the two-level sd, where it is above the sd the cell would be tested with
+    floored = None if lived is None or lived / math.sqrt(2.0) <= (
+        pooled[0] if pooled is not None else float(np.std(d, ddof=1))) \
+        else (lived / math.sqrt(2.0), float(n - 1))
+    pooled = floored or pooled
     if exact:
         m0 = float(d[0])
         t = TResult(m0, 0.0, m0, m0, 1.0 if m0 == 0 else 0.0)
@@ -445,8 +446,8 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
     test = ("exact (every round the same log-ratio)" if exact else
             "sign test (every round the same log-ratio of a sampled metric)" if agree else
             "paired t on log-ratios")
-    if lived is not None and pooled is not None and two_level:
-        test += (f" (sd {pooled[0] * 100:.2f}% of server lives at two levels "
+    if floored is not None and lived is not None:
+        test += (f" (sd {floored[0] * 100:.2f}% of server lives at two levels "
                  f"{_frac(lived) * 100:.1f}% apart, {n - 1} df)")
     elif pooled is not None:
         test += f" (sd {pooled[0] * 100:.2f}% moderated by like cells, {pooled[1]:.1f} df)"
@@ -486,7 +487,7 @@ def compare(base: Mapping[int, float], arm: Mapping[int, float], *, direction: s
         t_hi=_frac(t.hi), wilcoxon_p=None if exact else w.p, hl=_frac(w.hl),
         hl_lo=_frac(w.lo), hl_hi=_frac(w.hi), exact=exact, rounds_needed=None,
         comparisons=1, outliers=outl, cv=cvs, drift=drifts, warnings=tuple(warnings),
-        kind=kind, bimodal=bimodal, moderated=None if two_level else pooled)
+        kind=kind, bimodal=bimodal, moderated=None if floored else pooled)
     return c
 
 

@@ -749,8 +749,8 @@ def test_server_lives_on_two_levels_seen_across_the_table() -> None:
                  "decode_tok_s": size * math.exp(gap * lvs[r] + rng.normal(0, 0.004))}}
             for r in range(3) for arm, lvs in levels.items()
             for w, size in (("decode 32K", 60.0), ("decode 64K", 50.0), ("decode 128K", 40.0))]
-    table = table_of(parse_records(lives(recs)), META, metrics=["decode_tok_s"])
-    legend = "\n".join(legend_lines(table))
+    run = table_of(parse_records(lives(recs)), META, metrics=["decode_tok_s"])
+    legend = "\n".join(legend_lines(run))
     assert "with at least the sd of server lives on two levels" in legend
-    assert not any(c.comparison.verdict == "changed" for row in table.rows
+    assert not any(c.comparison.verdict == "changed" for row in run.rows
                    for a, c in row.cells.items() if a != "base" and c.comparison)
