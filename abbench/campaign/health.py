@@ -7,6 +7,11 @@ from abbench.config.presets import arm_preset
 from abbench.model.records import WorkloadSample
 from abbench.server.process import Server
 
+#: after a failed request, how long a server has to be seen exiting
+#: (:meth:`~abbench.server.process.Server.alive`): its dying resets the connection
+#: before its process can be reaped, and a life read as going on would end "ok"
+DEATH_GRACE_S = 0.5
+
 
 class SlotFailed(Exception):
     """This server life cannot go on (its server died or hangs)."""
@@ -31,7 +36,7 @@ def _server_trouble(server: Server, timeout: float, *, probe: bool) -> str | Non
     Dead, or (when the request went silent: ``probe``) alive but not answering its
     readiness path within ``timeout`` (hung, e.g. SIGSTOPped).
     """
-    if not server.alive():
+    if not server.alive(DEATH_GRACE_S):
         return f"the server died (exit code {server.proc.returncode})"
     if not probe:
         return None

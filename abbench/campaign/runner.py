@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 from abbench.campaign.describe import arm_meta, request_templates, server_props
 from abbench.campaign.environment import environment
-from abbench.campaign.health import SlotFailed, check_after
+from abbench.campaign.health import DEATH_GRACE_S, SlotFailed, check_after
 from abbench.campaign.preflight import check_config
 from abbench.campaign.progress import Progress, SilentProgress
 from abbench.campaign.replay import Plans, replay_rep
@@ -467,7 +467,7 @@ class Campaign:
                     r = client.complete(ids, 8, stop_event=self.stop_event)
                     first = r.ttft if i == 0 else first
                 except RequestError as e:
-                    if not server.alive():
+                    if not server.alive(DEATH_GRACE_S):
                         raise SlotFailed(f"the server died during warm-up: {e.message}") \
                             from None
                     # kept with the life (slot record, log): its requests ran less warm

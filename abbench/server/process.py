@@ -151,8 +151,17 @@ class Server:
     def where(self) -> str:
         return f"arm {self.arm.name}, round {self.round}"
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
+    def alive(self, grace: float = 0.0) -> bool:
+        """Whether the server's process runs; ``grace``: wait up to this long for it to
+        exit first (a server killed under a request resets the connection as it is torn
+        down, a moment before its process can be reaped)."""
+        if grace <= 0:
+            return self.proc.poll() is None
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
 
     def log_tail(self, lines: int = 20) -> str:
         return redact(tail(self.log_path, lines))

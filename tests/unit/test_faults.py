@@ -79,3 +79,48 @@ def test_start_times_are_compared_on_one_clock(monkeypatch: pytest.MonkeyPatch) 
         for p in (leader, child):
             p.kill()
             p.wait()
+
+
+def test_a_server_killed_under_a_request_is_seen_dead() -> None:
+    """A server killed under a request resets the connection as it is torn down, a
+    moment before its process can be reaped: after a failed request the life waits
+    DEATH_GRACE_S for it to exit, so the life fails instead of going on to end "ok"
+    (a kill -9 mid-decode once ended a real run with exit code 0)."""
+    import time
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from abbench.campaign.health import DEATH_GRACE_S, _server_trouble
+    from abbench.server.process import Server
+
+    def server(proc: subprocess.Popen[bytes]) -> Server:
+        return Server(arm=None, round=0, port=0, log_path=Path("/dev/null"),  # type: ignore[arg-type]
+                      proc=proc, reaper=None, started_at=0.0)
+
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        t0 = time.perf_counter()
+        assert server(live).alive(0.2) and time.perf_counter() - t0 < 5
+    finally:
+        live.kill()
+        live.wait()
+    dying = subprocess.Popen(["sleep", "60"])
+    dying.kill()
+    assert not server(dying).alive(DEATH_GRACE_S) and dying.returncode == -signal.SIGKILL
+
+    # a process that is only reaped after a wait: read as alive at once, dead with grace
+    class Late:
+        returncode: int | None = None
+
+        def poll(self) -> int | None:
+            return self.returncode
+
+        def wait(self, timeout: float) -> int:
+            assert timeout == DEATH_GRACE_S
+            self.returncode = -9
+            return -9
+
+    late = SimpleNamespace(proc=Late())
+    late.alive = lambda grace=0.0: Server.alive(late, grace)  # type: ignore[arg-type]
+    assert late.alive()
+    assert _server_trouble(late, 1.0, probe=False) == "the server died (exit code -9)"  # type: ignore[arg-type]
